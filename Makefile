@@ -1,0 +1,73 @@
+# The KV cache course.  `make book` builds the site, `make test` runs every test.
+# Everything runs inside .venv, created on first use from requirements.txt.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+JOBS   ?= 2
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+export PYDEVD_DISABLE_FILE_VALIDATION := 1
+
+.PHONY: help venv system-deps vendor book serve lab test test-fast bench release clean
+
+help:
+	@echo "make book     build the course site into _build/html (creates $(VENV) on first use)"
+	@echo "make test     every test: code, notebooks (nbval), graders, the built site in Chromium"
+	@echo "make serve    serve the built site on http://$(HOST):$(PORT)"
+	@echo "make lab      open JupyterLab on the exercises"
+	@echo "make bench    benchmarks (simulator, grader), printing measured ratios"
+	@echo "make release  a learner's copy of the course in _build/release"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+# Debian's bubblewrap (grader sandbox) and chromium (site test), when missing and we are root.
+system-deps:
+	@bash tools/install_system_deps.sh
+
+# MathJax, RequireJS and the widget manager, copied from their npm packages so the site reads offline.
+vendor: venv
+	$(PY) tools/vendor_assets.py
+
+book: venv vendor
+	$(VENV)/bin/jupyter-book build . --path-output . --warningiserror --keep-going -q || \
+	  { echo "book build failed: see the messages above"; exit 1; }
+	@echo "The course site: $(CURDIR)/_build/html/index.html"
+
+serve:
+	@test -f _build/html/index.html || { echo "no site yet: run 'make book' first"; exit 1; }
+	$(PY) -m http.server --bind $(HOST) --directory _build/html $(PORT)
+
+lab: venv
+	$(VENV)/bin/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=$(CURDIR) exercises
+
+# The site test needs the built book, so the book is built first; then one pytest run
+# covers the Python tests, every notebook (executed by nbval) and the site in Chromium.
+test: venv system-deps book
+	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-cell-timeout=600 \
+	  tests book/chapters exercises solutions
+
+# The Python tests alone, without notebooks or the site: the quick loop while developing.
+test-fast: venv
+	$(PY) -m pytest -n $(JOBS) --dist loadfile tests --ignore=tests/site
+
+bench: venv
+	$(PY) -m bench
+
+release: venv
+	$(PY) -m graders release --out _build/release
+	@echo "The learner's copy: $(CURDIR)/_build/release"
+
+clean:
+	rm -rf _build book/_static/vendor .pytest_cache .hypothesis

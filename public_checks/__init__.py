@@ -1,0 +1,91 @@
+"""Public checks: the few cases a learner runs inside an exercise notebook.
+
+Each exercise NAME has a module ``public_checks/NAME.py`` that defines ``CHECKS``,
+a list of ``(description, check)`` pairs; ``check(fn)`` calls the learner's function
+and raises ``AssertionError`` with a readable message when the answer is wrong.
+
+``run_checks(NAME, fn)`` runs them and prints one line per check.  Starter code that
+still raises ``NotImplementedError`` is reported as "not implemented yet" and the cell
+finishes normally, so an untouched exercise notebook runs to the end.  A wrong answer
+raises ``PublicCheckFailed`` after the report, so a solution notebook that regressed
+fails under nbval.
+
+These checks are deliberately few.  The grade comes from the hidden tests in
+``graders/`` (``python -m graders grade exercises/NAME.ipynb``).
+"""
+from __future__ import annotations
+
+import importlib
+import traceback
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["run_checks", "load_checks", "CheckOutcome", "PublicCheckFailed", "HIDDEN_NOTE"]
+
+HIDDEN_NOTE = "public tests passed; hidden tests run at grading"
+
+
+class PublicCheckFailed(AssertionError):
+    """At least one public check failed (the report above says which)."""
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    description: str
+    status: str  # "passed", "failed" or "not implemented"
+    message: str = ""
+
+
+def load_checks(name: str) -> list[tuple[str, Callable]]:
+    """The ``CHECKS`` list of exercise ``name``."""
+    try:
+        module = importlib.import_module(f"public_checks.{name}")
+    except ModuleNotFoundError as err:
+        raise KeyError(f"no public checks for an exercise named {name!r}") from err
+    return list(module.CHECKS)
+
+
+def evaluate(name: str, fn: Callable) -> list[CheckOutcome]:
+    """Run every public check of ``name`` against ``fn``; never raises for a wrong answer."""
+    outcomes = []
+    for description, check in load_checks(name):
+        try:
+            check(fn)
+        except NotImplementedError:
+            outcomes.append(CheckOutcome(description, "not implemented"))
+        except AssertionError as err:
+            outcomes.append(CheckOutcome(description, "failed", str(err) or "wrong answer"))
+        except Exception as err:  # the learner's code crashed: show where, not our internals
+            last = traceback.extract_tb(err.__traceback__)[-1]
+            outcomes.append(CheckOutcome(description, "failed",
+                                         f"{type(err).__name__}: {err} (line {last.lineno} of {last.name})"))
+        else:
+            outcomes.append(CheckOutcome(description, "passed"))
+    return outcomes
+
+
+def run_checks(name: str, fn: Callable) -> bool:
+    """Print a report of the public checks of ``name`` for ``fn``.
+
+    Returns True when all pass, False when ``fn`` is not implemented yet, and raises
+    ``PublicCheckFailed`` when a check fails.
+    """
+    outcomes = evaluate(name, fn)
+    if outcomes and all(o.status == "not implemented" for o in outcomes):
+        print(f"{name}: not implemented yet. Write your answer in the cell above, run it, then run this cell again.")
+        return False
+    for o in outcomes:
+        mark = {"passed": "ok  ", "failed": "FAIL", "not implemented": "todo"}[o.status]
+        line = f"[{mark}] {o.description}"
+        if o.message:
+            line += f": {o.message}"
+        print(line)
+    passed = sum(o.status == "passed" for o in outcomes)
+    print(f"{passed} of {len(outcomes)} public checks passed.")
+    if passed == len(outcomes):
+        print(f"{name}: {HIDDEN_NOTE} (python -m graders grade exercises/{name}.ipynb).")
+        return True
+    if any(o.status == "failed" for o in outcomes):
+        raise PublicCheckFailed(f"{name}: {len(outcomes) - passed} public check(s) did not pass; see the report above")
+    print(f"{name}: part of the answer is not implemented yet.")
+    return False
