@@ -1,0 +1,1 @@
+"""The numpy engine the course's chapters import."""
