@@ -1,0 +1,162 @@
+"""The roofline arithmetic of decoding: ops per byte, arithmetic intensity, time per token.
+
+A processor that does ``flops`` operations per second and moves ``bandwidth`` bytes per second
+between memory and its arithmetic units is balanced at
+
+    ops:byte = flops / bandwidth
+
+operations per byte.  An algorithm that performs fewer operations per byte it moves (its
+arithmetic intensity) waits on memory: it is memory-bound.  Its speed is then
+``bandwidth * intensity`` operations per second, not ``flops``.
+
+Units throughout: bytes, seconds, operations (FLOP) and their rates.  Times come out in
+seconds; the helpers that reproduce a seed's printed figures say so in their names.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+__all__ = [
+    "GPU", "GPUS",
+    "attention_table", "arithmetic_intensity", "decode_attention_intensity", "decode_weight_intensity",
+    "attainable_flops", "time_per_token", "prefill_time", "generation_time",
+    "seed_ms_per_token", "seed_prefill_ms", "seed_total_ms", "seconds_2dp",
+    "batched_step_time",
+]
+
+
+@dataclass(frozen=True)
+class GPU:
+    """A GPU as its data sheet gives it: memory (bytes), bandwidth (bytes/s), fp16 FLOP/s."""
+
+    name: str
+    memory_bytes: int
+    bandwidth: float
+    flops: float
+
+    @property
+    def ops_per_byte(self) -> float:
+        """The machine's balance point: FLOP/s divided by bytes/s."""
+        return self.flops / self.bandwidth
+
+
+# Dense fp16 tensor-core figures, without the sparsity factor (the seed for Chapter 4).
+GPUS = {
+    "T4": GPU("T4", memory_bytes=16 * 10**9, bandwidth=300e9, flops=65e12),
+    "A10": GPU("A10", memory_bytes=24 * 10**9, bandwidth=600e9, flops=125e12),
+    "A100": GPU("A100 SXM 80 GB", memory_bytes=80 * 10**9, bandwidth=2039e9, flops=312e12),
+}
+
+
+def attention_table(n: int, d: int, bytes_per_value: int) -> list[dict]:
+    """Loads, operations and stores of standard attention, one row per line of the algorithm.
+
+    Standard (not fused) attention over N queries, N keys and values of width d, with every
+    intermediate written to and read back from memory:
+
+    line 1  S = Q K^T   loads Q, K (2 N d values), computes N^2 dot products of 2d ops, stores S (N^2)
+    line 2  P = softmax(S)  loads S (N^2), 3 ops per entry, stores P (N^2)
+    line 3  O = P V     loads P, V (N^2 + N d), computes N d dot products of 2N ops, stores O (N d)
+
+    Loads and stores are in bytes (values times ``bytes_per_value``); compute is in operations.
+    """
+    b = bytes_per_value
+    return [
+        {"line": "1: S = Q K^T", "load": b * 2 * n * d, "compute": 2 * d * n * n, "store": b * n * n},
+        {"line": "2: P = softmax(S)", "load": b * n * n, "compute": 3 * n * n, "store": b * n * n},
+        {"line": "3: O = P V", "load": b * (n * n + n * d), "compute": 2 * n * n * d, "store": b * n * d},
+    ]
+
+
+def arithmetic_intensity(n: int, d: int, bytes_per_value: int) -> float:
+    """Operations per byte of standard attention: (4 d N^2 + 3 N^2) / (b (4 N^2 + 4 N d)).
+
+    Simplified: (4d + 3) N / (4 b (N + d)).  62.42 for N = 4096, d = 128, b = 2.
+    """
+    rows = attention_table(n, d, bytes_per_value)
+    ops = sum(r["compute"] for r in rows)
+    moved = sum(r["load"] + r["store"] for r in rows)
+    return ops / moved
+
+
+def decode_attention_intensity(t: int, d: int, bytes_per_value: int) -> float:
+    """Operations per byte of ONE decode step of attention for one head over a cache of t tokens.
+
+    Loads q (d values) and the cached K and V (2 t d), stores o (d); computes t dot products of
+    2d ops (scores), 3 t ops (softmax) and a weighted sum of 2 t d ops: (4 d + 3) t operations.
+    About 1 operation per byte in fp16, whatever t is.
+    """
+    ops = (4 * d + 3) * t
+    moved = bytes_per_value * (2 * t * d + 2 * d)
+    return ops / moved
+
+
+def decode_weight_intensity(batch: int, bytes_per_param: int = 2) -> float:
+    """Operations per byte of the weight matrices in a decode step of ``batch`` sequences.
+
+    Every parameter is read once (``bytes_per_param`` bytes) and used in one multiply-add
+    (2 operations) per sequence: 2 * batch / bytes_per_param.  1.0 at batch 1 in fp16.
+    """
+    return 2 * batch / bytes_per_param
+
+
+def attainable_flops(gpu: GPU, intensity: float) -> float:
+    """The roofline: min(peak FLOP/s, bandwidth * intensity)."""
+    return min(gpu.flops, gpu.bandwidth * intensity)
+
+
+def time_per_token(n_params: float, bytes_per_param: float, bandwidth: float) -> float:
+    """Seconds to generate one token when memory-bound: weight bytes / bandwidth.
+
+    Every decode step reads every weight once: n_params * bytes_per_param bytes at
+    ``bandwidth`` bytes per second.
+    """
+    return n_params * bytes_per_param / bandwidth
+
+
+def prefill_time(n_tokens: float, n_params: float, flops: float) -> float:
+    """Seconds to prefill a prompt when compute-bound: n_tokens * 2 * n_params / flops.
+
+    Each token costs about 2 operations per parameter (one multiply, one add).
+    """
+    return n_tokens * 2 * n_params / flops
+
+
+def generation_time(n_prompt: int, n_new: int, n_params: float, bytes_per_param: float, gpu: GPU) -> float:
+    """Seconds for a prefill of ``n_prompt`` tokens then ``n_new`` decode steps, batch 1."""
+    return (prefill_time(n_prompt, n_params, gpu.flops)
+            + n_new * time_per_token(n_params, bytes_per_param, gpu.bandwidth))
+
+
+# --- the seed's printed figures, reproduced by the rounding it used --------------------------
+
+def seed_ms_per_token(seconds: float) -> int:
+    """Time per token as the seed prints it: whole milliseconds, TRUNCATED (46.7 -> 46)."""
+    return math.floor(seconds * 1000 + 1e-9)
+
+
+def seed_prefill_ms(seconds: float) -> int:
+    """Prefill time as the seed prints it: whole milliseconds, ROUNDED (15.7 -> 16)."""
+    return int(Decimal(repr(seconds * 1000)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def seed_total_ms(prefill_seconds: float, per_token_seconds: float, n_new: int) -> int:
+    """The seed's total: its rounded prefill plus n_new times its truncated time per token (ms)."""
+    return seed_prefill_ms(prefill_seconds) + n_new * seed_ms_per_token(per_token_seconds)
+
+
+def seconds_2dp(ms: float) -> str:
+    """Milliseconds as seconds with 2 decimals, halves rounded up (6,975 ms -> '6.98')."""
+    value = Decimal(repr(ms)) / 1000
+    return str(value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def batched_step_time(gpu: GPU, weight_bytes: int, cache_bytes_per_sequence: int, batch: int) -> float:
+    """Seconds of one memory-bound decode step for ``batch`` sequences.
+
+    The weights are read once for the whole batch, every sequence's cache once for itself:
+    (W + batch * C) / bandwidth.
+    """
+    return (weight_bytes + batch * cache_bytes_per_sequence) / gpu.bandwidth
