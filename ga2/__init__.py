@@ -1,0 +1,16 @@
+"""GA-2: the small int8 accelerator on which the course runs the attention decode step.
+
+The contract is ``ga2-spec.md`` (the machine) and issue #4 (this package).  Modules, one concept each:
+
+    isa          the instruction set: ``Instr``, ``build``, limits, text and binary forms, cycle model
+                 (gathered from ``instructions``, ``limits``, ``listing``, ``encoding``, ``cycles``)
+    machine      ``Machine``: EXT and SPAD, the units, the counters
+    quant        int8 scales, quantization, requantization, the int8 matrix product
+    softmax      the table-and-divider softmax unit and its real-number twin
+    plan         the memory plan of the attention programs
+    attn         one attention head's decode step as GA-2 programs (``cached``, ``recompute``)
+    checks       the checks of the program builder: integer reference, stage-wise check, whole loops
+    mutants      mutation testing of the program builder (``python -m ga2.mutants``)
+    study        where the accuracy goes (``python -m ga2.study``)
+    report       the seed-style tables (``python -m ga2``)
+"""
