@@ -95,6 +95,8 @@ class Instr:
 
 def _as_int_if_integral(value):
     """``int(value)`` for ints, bools and numpy integers; anything else unchanged."""
+    if type(value) is int:  # the common case, without the slow abstract-class check
+        return value
     if isinstance(value, numbers.Integral):
         return operator.index(value)
     return value

@@ -63,7 +63,7 @@ def _check_values(index: int, ins: Instr) -> None:
         raise ProgramError(index, ins.op, missing,
                            f"{ins.op} takes {len(names)} fields ({', '.join(names) or 'none'}), got {len(ins.values)}")
     for name, value in zip(names, ins.values):
-        if not isinstance(value, numbers.Integral):
+        if type(value) is not int and not isinstance(value, numbers.Integral):
             raise ProgramError(index, ins.op, name, f"must be an integer, got {value!r}")
         if value < 0:
             raise ProgramError(index, ins.op, name, f"must not be negative, got {value}")

@@ -20,6 +20,7 @@ an MM computes its product before writing it, row by row.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -32,7 +33,16 @@ from .softmax import softmax_fixed_array
 
 __all__ = ["Machine", "EXT_WORDS", "SPAD_WORDS", "to_words", "low_byte_signed", "as_int8"]
 
-_INDEX = np.arange(64)  # row/column offsets for MM address arithmetic (K <= 64, M, N <= 4)
+
+
+@lru_cache(maxsize=None)
+def _offsets(rows: int, cols: int, row_stride: int, col_stride: int) -> np.ndarray:
+    """(rows, cols) word offsets r * row_stride + c * col_stride of a strided block (cached: few shapes recur)."""
+    r = np.arange(rows)[:, None] * row_stride
+    c = np.arange(cols)[None, :] * col_stride
+    offsets = r + c
+    offsets.flags.writeable = False
+    return offsets
 
 
 def to_words(values, size: int) -> np.ndarray:
@@ -48,8 +58,8 @@ def to_words(values, size: int) -> np.ndarray:
 
 
 def low_byte_signed(words) -> np.ndarray:
-    """The int8 value in the low byte of each word: ((w & 0xFF) ^ 0x80) - 0x80."""
-    return ((np.asarray(words, dtype=np.int64) & 0xFF) ^ 0x80) - 0x80
+    """The int8 value in the low byte of each word (numpy's integer cast keeps the low 8 bits)."""
+    return np.asarray(words).astype(np.int8)
 
 
 def as_int8(words) -> list[int]:
@@ -124,18 +134,16 @@ class Machine:
         b[k][j] = SPAD[B + k*ldb + j]   (tb = 0)              (K, N)
                   SPAD[B + j*ldb + k]   (tb = 1: rows of B read as columns, e.g. the key cache)
         """
-        rows, ks, cols = _INDEX[:M, None], _INDEX[None, :K], _INDEX[None, :N]
-        a = low_byte_signed(self.spad[A + lda * rows + ks])                  # (M, K)
-        if tb:
-            b = low_byte_signed(self.spad[B + ldb * cols + ks.T])            # (K, N)
-        else:
-            b = low_byte_signed(self.spad[B + ldb * ks.T + cols])            # (K, N)
-        c = a @ b                                                            # (M, N), |c| <= 2^20
+        spad = self.spad
+        a = spad[A + _offsets(M, K, lda, 1)].astype(np.int8)                         # (M, K)
+        b_offsets = _offsets(K, N, 1, ldb) if tb else _offsets(K, N, ldb, 1)
+        b = spad[B + b_offsets].astype(np.int8)                                      # (K, N)
+        c = a.astype(np.int32) @ b.astype(np.int32)                                  # (M, N), |c| <= 2^20
         if ldc >= N or M == 1:   # rows of C do not overlap: one scatter
-            self.spad[dst + ldc * rows + cols] = c
+            spad[dst + _offsets(M, N, ldc, 1)] = c
         else:                    # overlapping rows: write them in order, so the later row wins
             for i in range(M):
-                self.spad[dst + ldc * i:dst + ldc * i + N] = c[i]
+                spad[dst + ldc * i:dst + ldc * i + N] = c[i]
 
     def _requantize(self, dst, src, n, m, s, relu):
         """RQ: dst[i] = sat127(round_half_away(src[i] * m / 2^s)), then max(0, .) if relu."""

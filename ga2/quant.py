@@ -92,11 +92,12 @@ def requant(acc, m: int, s: int, relu: int = 0):
         r = (abs(p) + (1 << (s - 1))) >> s if s > 0 else abs(p)
         q = max(-QMAX, min(QMAX, r if p >= 0 else -r))
         return max(0, q) if relu else q
-    p = np.asarray(acc, dtype=np.int64) * np.int64(m)
-    half = np.int64(1 << (s - 1)) if s > 0 else np.int64(0)
-    r = (np.abs(p) + half) >> np.int64(s)
-    q = np.clip(np.where(p >= 0, r, -r), -QMAX, QMAX)
-    return np.maximum(q, 0) if relu else q
+    p = np.asarray(acc, dtype=np.int64) * m
+    r = (np.abs(p) + ((1 << s) >> 1)) >> s          # (1 << s) >> 1 is 2^(s-1), and 0 for s = 0
+    q = np.where(p < 0, -r, r)
+    np.minimum(q, QMAX, out=q)
+    np.maximum(q, 0 if relu else -QMAX, out=q)      # the ReLU is a floor of 0 instead of -127
+    return q
 
 
 def matmul_int8(a, b) -> np.ndarray:
