@@ -17,8 +17,9 @@ in n with the cache and quadratic without; the attention itself (4 t d per step)
 quadratic in both, with a coefficient D times smaller than the recomputation's.
 
 The measurements time the engine's own functions (``attend_step`` and
-``step_without_cache``) with ``time.perf_counter`` and report medians.  They depend
-on the machine and on what else it is running; they are never asserted in tests.
+``step_without_cache``) with ``time.perf_counter``.  Each reports the fastest of a few
+samples (other programs can only slow a sample down) and their median.  They depend on
+the machine and on what else it is running; they are never asserted in tests.
 """
 from __future__ import annotations
 
@@ -34,7 +35,9 @@ __all__ = [
     "flops_recompute_step",
     "flops_cached_total",
     "flops_recompute_total",
+    "time_samples",
     "median_time",
+    "best_time",
     "measure_steps",
     "measure_generation",
     "loglog_slope",
@@ -67,11 +70,11 @@ def flops_recompute_total(n, D, d):
 # ---------------------------------------------------------------- measured
 
 
-def median_time(fn, repeats=5, min_sample=2e-3, max_number=1000):
-    """Median wall time of one call of fn(), in seconds.
+def time_samples(fn, repeats=7, min_sample=2e-3, max_number=1000):
+    """``repeats`` measurements of the wall time of one call of fn(), in seconds.
 
-    Each of the ``repeats`` samples runs fn enough times (``number``) to last at least
-    ``min_sample`` seconds, so that short calls are not lost in the timer's resolution.
+    Each sample runs fn enough times (``number``) to last at least ``min_sample`` seconds,
+    so that short calls are not lost in the timer's resolution, and divides by ``number``.
     """
     fn()                                          # warm up (allocations, caches)
     start = time.perf_counter()
@@ -84,15 +87,26 @@ def median_time(fn, repeats=5, min_sample=2e-3, max_number=1000):
         for _ in range(number):
             fn()
         samples.append((time.perf_counter() - start) / number)
-    return float(np.median(samples))
+    return np.array(samples)
 
 
-def measure_steps(lengths, D=64, d=64, repeats=5, seed=0):
+def median_time(fn, repeats=7, min_sample=2e-3):
+    """Median of time_samples(fn): the typical time of one call, in seconds."""
+    return float(np.median(time_samples(fn, repeats, min_sample)))
+
+
+def best_time(fn, repeats=7, min_sample=2e-3):
+    """Fastest of time_samples(fn): one call with the least interference, in seconds."""
+    return float(np.min(time_samples(fn, repeats, min_sample)))
+
+
+def measure_steps(lengths, D=64, d=64, repeats=7, seed=0):
     """Time one decode step at each context length t, with the cache and without.
 
     With the cache: attend_step on the newest token with a cache of t - 1 rows.
     Without: step_without_cache on the t hidden states (K and V recomputed).
-    Returns a dict of arrays: "t", "cached_s", "recompute_s" (seconds per step).
+    Returns a dict of arrays, seconds per step: "t", "cached_s", "recompute_s" (the fastest
+    sample) and "cached_median_s", "recompute_median_s" (the median sample).
     """
     rng = np.random.default_rng(seed)
     p = init_params(D, d, rng)
@@ -102,15 +116,20 @@ def measure_steps(lengths, D=64, d=64, repeats=5, seed=0):
     for t in lengths:
         cache = {"k": full["k"][:t - 1].copy(), "v": full["v"][:t - 1].copy()}
         x_t, prefix = X[t - 1], X[:t]
-        cached.append(median_time(lambda: attend_step(x_t, cache, p), repeats))
-        recompute.append(median_time(lambda: step_without_cache(prefix, p), repeats))
-    return {"t": np.array(lengths), "cached_s": np.array(cached), "recompute_s": np.array(recompute)}
+        cached.append(time_samples(lambda: attend_step(x_t, cache, p), repeats))
+        recompute.append(time_samples(lambda: step_without_cache(prefix, p), repeats))
+    return {"t": np.array(lengths),
+            "cached_s": np.array([s.min() for s in cached]),
+            "recompute_s": np.array([s.min() for s in recompute]),
+            "cached_median_s": np.array([np.median(s) for s in cached]),
+            "recompute_median_s": np.array([np.median(s) for s in recompute])}
 
 
 def measure_generation(ns, D=64, d=64, repeats=3, seed=0):
     """Time generating n tokens one by one (t = 1 .. n), with the cache and without.
 
-    Returns a dict of arrays: "n", "cached_s", "recompute_s" (seconds for all n steps).
+    Returns a dict of arrays: "n", "cached_s", "recompute_s" (seconds for all n steps,
+    the fastest of ``repeats`` runs).
     """
     rng = np.random.default_rng(seed)
     p = init_params(D, d, rng)
@@ -122,8 +141,8 @@ def measure_generation(ns, D=64, d=64, repeats=3, seed=0):
 
     cached, recompute = [], []
     for n in ns:
-        cached.append(median_time(lambda: decode_with_cache(X[:n], p), repeats, min_sample=0))
-        recompute.append(median_time(lambda: without_cache(n), repeats, min_sample=0))
+        cached.append(best_time(lambda: decode_with_cache(X[:n], p), repeats, min_sample=0))
+        recompute.append(best_time(lambda: without_cache(n), repeats, min_sample=0))
     return {"n": np.array(ns), "cached_s": np.array(cached), "recompute_s": np.array(recompute)}
 
 
