@@ -111,14 +111,16 @@ def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5) -> CopyMeasurement
 def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
     """One decode step of attention for one head: softmax(K q / sqrt(d)) V.
 
-    ``q`` has shape (d,), ``K`` and ``V`` shape (T, d).  Reads all of K and V once.
+    ``q`` has shape (d,), ``K`` and ``V`` shape (T, d).  Reads all of K and V once.  The two
+    products use ``np.einsum``, which runs on one thread, like the copy of ``copy_bandwidth``
+    (numpy's ``@`` calls a BLAS library that may use several threads).
     """
-    scores = K @ q
+    scores = np.einsum("td,d->t", K, q)
     scores *= 1.0 / math.sqrt(q.shape[0])
     scores -= scores.max()
     np.exp(scores, out=scores)
     scores /= scores.sum()
-    return scores @ V
+    return np.einsum("t,td->d", scores, V)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 __all__ = [
     "GPU", "GPUS",
-    "attention_table", "arithmetic_intensity", "decode_attention_intensity", "decode_weight_intensity",
+    "attention_table", "arithmetic_intensity", "decode_attention_intensity", "weight_intensity",
+    "decode_weight_intensity",
     "attainable_flops", "time_per_token", "prefill_time", "generation_time",
     "seed_ms_per_token", "seed_prefill_ms", "seed_total_ms", "seconds_2dp",
     "batched_step_time",
@@ -93,13 +94,20 @@ def decode_attention_intensity(t: int, d: int, bytes_per_value: int) -> float:
     return ops / moved
 
 
-def decode_weight_intensity(batch: int, bytes_per_param: int = 2) -> float:
-    """Operations per byte of the weight matrices in a decode step of ``batch`` sequences.
+def weight_intensity(tokens_per_pass: int, bytes_per_param: int = 2) -> float:
+    """Operations per byte of the weight matrices in one pass over ``tokens_per_pass`` tokens.
 
     Every parameter is read once (``bytes_per_param`` bytes) and used in one multiply-add
-    (2 operations) per sequence: 2 * batch / bytes_per_param.  1.0 at batch 1 in fp16.
+    (2 operations) per token of the pass: 2 * tokens_per_pass / bytes_per_param.  A decode step
+    of a batch of B sequences is a pass over B tokens; a prefill of a prompt of n tokens is a
+    pass over n tokens.
     """
-    return 2 * batch / bytes_per_param
+    return 2 * tokens_per_pass / bytes_per_param
+
+
+def decode_weight_intensity(batch: int, bytes_per_param: int = 2) -> float:
+    """Operations per byte of the weights in a decode step of ``batch`` sequences: 1.0 at batch 1 in fp16."""
+    return weight_intensity(batch, bytes_per_param)
 
 
 def attainable_flops(gpu: GPU, intensity: float) -> float:
