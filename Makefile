@@ -36,17 +36,27 @@ $(STAMP): requirements.txt pyproject.toml
 system-deps:
 	@bash tools/install_system_deps.sh
 
+# The chapters run in .venv's "python3" kernel: its kernelspec comes first on JUPYTER_PATH, so a
+# user-level kernelspec cannot shadow it.
+BOOK_ENV := JUPYTER_PATH=$(CURDIR)/$(VENV)/share/jupyter
+
 # MathJax, RequireJS and the widget manager, copied from their npm packages so the site reads offline.
 vendor: venv
-	$(PY) tools/vendor_assets.py
+	$(BOOK_ENV) $(PY) tools/vendor_assets.py
 
+# Every notebook is executed on every build (--all: no page is reused from an earlier build), into
+# a fresh _build/html.  MPLBACKEND is unset for the build so the kernel draws figures inline
+# (with MPLBACKEND=Agg exported above, plt.show() would put no figure on the page).
 book: venv vendor
-	$(VENV)/bin/jupyter-book build . --path-output . --warningiserror --keep-going -q || \
+	rm -rf _build/html
+	env -u MPLBACKEND $(BOOK_ENV) $(VENV)/bin/jupyter-book build . --all --path-output . \
+	  --warningiserror --keep-going -q || \
 	  { echo "book build failed: see the messages above"; exit 1; }
 	@echo "The course site: $(CURDIR)/_build/html/index.html"
 
 serve:
 	@test -f _build/html/index.html || { echo "no site yet: run 'make book' first"; exit 1; }
+	@echo "The course site: http://$(HOST):$(PORT)/book/intro.html (Ctrl-C stops the server)"
 	$(PY) -m http.server --bind $(HOST) --directory _build/html $(PORT)
 
 lab: venv

@@ -15,11 +15,11 @@ scripts), checked against the pinned sha512 integrity below, and unpacked into
 ``_build/.npm-vendor``.  The files the site needs are then copied to ``book/_static/vendor/``
 (generated, gitignored).  Running it again does nothing unless a pin or the file list changed.
 
-``vendor/jupyter-widgets/offline.js`` is written by this script.  It runs just before
-``embed-amd.js`` and (1) tells the manager to load its font files from the vendored folder
-(``window.__jupyter_widgets_assets_path__``), and (2) points the manager's fallback "CDN" for
-widget modules it does not bundle at that same local folder, so an unknown widget fails loudly
-(a 404 on the local server) instead of silently fetching code from the internet.
+``vendor/jupyter-widgets/offline.js`` is written by this script (see ``OFFLINE_JS``).  It runs
+just before ``embed-amd.js`` and (1) makes the manager load its font files from the vendored
+folder, (2) points the manager's fallback "CDN" for widget modules it does not bundle at a local
+folder, so an unknown widget fails loudly (a 404 on the local server) instead of silently
+fetching code from the internet, and (3) lets the widgets' MathJax 2 calls reach MathJax 3.
 
 The script also makes sure the ``python3`` kernel that ``make book`` executes the chapters with
 is this virtual environment's ipykernel.
@@ -80,21 +80,59 @@ COPIES: list[tuple[str, str, str]] = [
 WIDGET_FONT_SUFFIXES = (".woff2", ".woff", ".ttf", ".eot", ".svg")
 
 OFFLINE_JS = """\
-/* Written by tools/vendor_assets.py.  Loaded just before embed-amd.js on pages with widgets.
- * 1. The widget manager's CSS loads FontAwesome from window.__jupyter_widgets_assets_path__:
- *    point it at this folder (an absolute URL, so it works at any page depth and from file://).
- * 2. embed-amd.js reads data-jupyter-widgets-cdn from the page's script tags to find widget
- *    modules it does not bundle; point that at a local folder too, so nothing is ever fetched
- *    from the internet (a third-party widget would show up as a local 404, not a CDN request).
+/* Written by tools/vendor_assets.py.  Loaded after require.js and before embed-amd.js, only on
+ * pages whose notebook saved widget state.  It keeps the widget manager off the network:
+ * 1. embed-amd.js derives the URL of its CSS assets (FontAwesome fonts) from the RequireJS URL
+ *    of its own modules; map those modules to this folder so the fonts load from here (an
+ *    absolute URL, so it works at any page depth and from file://).
+ * 2. Modules it does not bundle (third-party widgets) would be looked up next to the page and
+ *    then on a CDN (data-jupyter-widgets-cdn, read from the page's script tags): point both at
+ *    a local folder, so an unknown widget shows up as a local 404, never as a CDN request.
+ * 3. The widget views typeset their labels with the MathJax 2 API (MathJax.Hub.Queue); the site
+ *    runs MathJax 3, so give MathJax 3 a small Hub.Queue that calls typesetPromise instead.
  */
 (function () {
   var script = document.currentScript;
-  var src = script && script.src ? script.src : "";
+  var src = script && script.src ? script.src.split("?")[0] : "";
   var base = src.slice(0, src.lastIndexOf("/") + 1);
   window.__jupyter_widgets_assets_path__ = base;
   if (script) {
     script.setAttribute("data-jupyter-widgets-cdn", base + "modules/");
   }
+  if (window.requirejs && window.requirejs.config) {
+    window.requirejs.config({
+      baseUrl: base + "modules/",
+      paths: {
+        "@jupyter-widgets/html-manager": base + "html-manager",
+        "@jupyter-widgets/html-manager/dist/libembed-amd": base + "libembed-amd"
+      }
+    });
+  }
+  function mathjax2Shim() {
+    var mj = window.MathJax;
+    if (!mj || mj.Hub || typeof mj.typesetPromise !== "function") {
+      return;
+    }
+    mj.Hub = {
+      Queue: function () {
+        Array.prototype.forEach.call(arguments, function (job) {
+          if (!Array.isArray(job) || job[0] !== "Typeset") {
+            return;
+          }
+          var ready = mj.startup && mj.startup.promise ? mj.startup.promise : Promise.resolve();
+          ready.then(function () {
+            return mj.typesetPromise(job[2] ? [job[2]] : undefined);
+          }).catch(function (err) {
+            console.warn("MathJax could not typeset a widget label:", err);
+          });
+        });
+      }
+    };
+  }
+  // MathJax 3 is loaded with "defer": its global object exists by DOMContentLoaded, and the
+  // widgets render on "load", after this listener has run.
+  document.addEventListener("DOMContentLoaded", mathjax2Shim);
+  window.addEventListener("load", mathjax2Shim);
 })();
 """
 
