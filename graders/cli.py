@@ -1,0 +1,242 @@
+"""``python -m graders``: grade one submission, a whole class, run the public checks, make a release.
+
+    python -m graders grade SUBMISSION [--exercise NAME] [--json OUT]
+    python -m graders batch DIR --exercise NAME --out gradebook.csv [--jobs N] [--scheduler ADDRESS]
+    python -m graders check SUBMISSION [--exercise NAME]
+    python -m graders release --out _build/release
+    python -m graders list
+
+Exit status: ``grade`` 0 whenever a result was produced, whatever the score (and the result is
+written with ``--json`` even when the submission or the grader crashed); ``check`` 0 when every
+public check passed, 1 otherwise; ``batch`` 0 when every submission has a result; 2 for a usage
+error (argparse's convention), everywhere.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import registry
+from .sandbox import Limits
+
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # argparse exits 2 too; this keeps the message short and clear
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _memory(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().rstrip("ib").rstrip("b") if text.strip().lower().endswith(("ib", "b")) else text.strip().lower()
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (say 2G, 512M or a number of bytes)") from None
+
+
+def _add_limits(p: argparse.ArgumentParser) -> None:
+    d = Limits()
+    g = p.add_argument_group("limits")
+    g.add_argument("--test-timeout", type=_positive_float, default=d.test_seconds, metavar="S",
+                   help=f"wall-clock seconds per test (default {d.test_seconds:g})")
+    g.add_argument("--timeout", type=_positive_float, default=d.submission_seconds, metavar="S",
+                   help=f"wall-clock seconds per submission (default {d.submission_seconds:g})")
+    g.add_argument("--memory", type=_memory, default=d.memory_bytes, metavar="SIZE",
+                   help="address-space limit of the submission (default 2G)")
+    g.add_argument("--isolation", choices=("auto", "bwrap", "subprocess"), default="auto",
+                   help="auto: bubblewrap when it works here, else the subprocess fallback")
+
+
+def _limits(args) -> Limits:
+    return Limits(memory_bytes=args.memory, test_seconds=args.test_timeout,
+                  submission_seconds=args.timeout, import_seconds=min(10.0, args.timeout))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m graders", description="The course's autograder.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    g = sub.add_parser("grade", help="grade one submission (.ipynb or .py)")
+    g.add_argument("submission", metavar="SUBMISSION")
+    g.add_argument("--exercise", metavar="NAME", help="default: from the notebook's metadata or file name")
+    g.add_argument("--json", metavar="OUT", help="write Gradescope's results.json format to OUT")
+    g.add_argument("--show-output", action="store_true", help="also print what the submission printed")
+    _add_limits(g)
+
+    b = sub.add_parser("batch", help="grade every submission in a folder into a gradebook")
+    b.add_argument("directory", metavar="DIR")
+    b.add_argument("--exercise", metavar="NAME", required=True)
+    b.add_argument("--out", metavar="CSV", required=True, help="the gradebook (one row per submission)")
+    b.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                   help="submissions graded at once (default: the number of cores)")
+    b.add_argument("--scheduler", metavar="ADDRESS", help="a Dask distributed scheduler (tcp://host:8786)")
+    b.add_argument("--results", metavar="FOLDER", help="one JSON per submission (default: next to the CSV)")
+    b.add_argument("--force", action="store_true", help="regrade submissions already graded")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_limits(b)
+
+    c = sub.add_parser("check", help="run the public checks only")
+    c.add_argument("submission", metavar="SUBMISSION")
+    c.add_argument("--exercise", metavar="NAME")
+    _add_limits(c)
+
+    r = sub.add_parser("release", help="a learner's copy of the course (no solutions, no hidden tests)")
+    r.add_argument("--out", metavar="DIR", default="_build/release")
+    r.add_argument("--root", metavar="DIR", default=None, help="the course checkout (default: this one)")
+
+    sub.add_parser("list", help="the exercises the grader knows")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"grade": _grade, "batch": _batch, "check": _check, "release": _release, "list": _list}
+    return handler[args.command](args)
+
+
+def _usage(message: str) -> int:
+    print(f"python -m graders: error: {message}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _grade(args) -> int:
+    from .grading import UsageError, grade_file
+    from .results import format_text, make_result, write_json
+    if args.exercise is not None and args.exercise not in registry.names():
+        _write_usage_result(args, f"no exercise named {args.exercise!r}")
+        return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
+    try:
+        result = grade_file(args.submission, args.exercise, limits=_limits(args), isolation=args.isolation)
+    except UsageError as err:
+        _write_usage_result(args, str(err))
+        return _usage(str(err))
+    except RuntimeError as err:          # --isolation bwrap where bubblewrap cannot run
+        _write_usage_result(args, str(err))
+        return _usage(str(err))
+    except Exception as err:  # noqa: BLE001 - the grader crashed before it had a result
+        result = make_result(exercise=args.exercise, tests=[], status="grader_error", isolation="none",
+                             execution_time=0.0, output=f"The grader itself failed: {type(err).__name__}: {err}",
+                             submission=args.submission)
+    if args.json:
+        try:
+            write_json(args.json, result)
+        except OSError as err:
+            print(format_text(result, show_output=args.show_output))
+            return _usage(f"cannot write {args.json}: {err.strerror}")
+    print(format_text(result, show_output=args.show_output))
+    return 0
+
+
+def _write_usage_result(args, message: str) -> None:
+    """Even a usage error leaves a result file behind when one was asked for."""
+    if not getattr(args, "json", None):
+        return
+    from .results import make_result, write_json
+    try:
+        write_json(args.json, make_result(exercise=args.exercise, tests=[], status="usage_error",
+                                          isolation="none", execution_time=0.0,
+                                          output=f"Not graded: {message}", submission=args.submission))
+    except OSError:
+        pass
+
+
+def _batch(args) -> int:
+    from .batch import run_batch
+    directory = Path(args.directory)
+    if not directory.is_dir():
+        return _usage(f"{directory} is not a folder")
+    if args.exercise not in registry.names():
+        return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
+    try:
+        summary = run_batch(directory, args.exercise, Path(args.out), jobs=args.jobs,
+                            scheduler=args.scheduler, limits=_limits(args), isolation=args.isolation,
+                            results_dir=Path(args.results) if args.results else None,
+                            force=args.force, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("interrupted: what was graded is saved; run the same command again to resume", file=sys.stderr)
+        return 130
+    except (OSError, RuntimeError, ValueError) as err:
+        return _usage(str(err))
+    return 0 if summary["missing_results"] == 0 else 1
+
+
+def _check(args) -> int:
+    from .grading import UsageError, check_file
+    from public_checks import HIDDEN_NOTE
+    if args.exercise is not None and args.exercise not in registry.names():
+        return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
+    try:
+        report = check_file(args.submission, args.exercise, limits=_limits(args), isolation=args.isolation)
+    except (UsageError, RuntimeError) as err:
+        return _usage(str(err))
+    name = report["exercise"]
+    print(f"{name}: public checks of {args.submission}")
+    if report["problem"]:
+        print(f"  {report['problem']}")
+        print(f"{name}: the public checks could not run.")
+        return 1
+    outcomes = report["outcomes"]
+    for o in outcomes:
+        mark = {"passed": "ok  ", "failed": "FAIL", "not implemented": "todo"}[o["status"]]
+        print(f"  [{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else ""))
+    passed = sum(o["status"] == "passed" for o in outcomes)
+    print(f"{passed} of {len(outcomes)} public checks passed.")
+    if outcomes and passed == len(outcomes):
+        print(f"{name}: {HIDDEN_NOTE}.")
+        return 0
+    if outcomes and all(o["status"] == "not implemented" for o in outcomes):
+        print(f"{name}: not implemented yet.")
+    return 1
+
+
+def _release(args) -> int:
+    from .release import ReleaseError, make_release
+    try:
+        report = make_release(Path(args.out), root=Path(args.root) if args.root else None)
+    except ReleaseError as err:
+        return _usage(str(err))
+    for line in report:
+        print(line)
+    return 0
+
+
+def _list(args) -> int:
+    for name in registry.names():
+        ex = registry.get(name)
+        tests = registry.tests(name)
+        print(f"{name:22s} chapter {ex.chapter:2d}  {len(tests):2d} tests, "
+              f"{sum(t.points for t in tests):g} points  ({', '.join(ex.functions)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,428 @@
+"""The small program that runs inside the sandbox, next to the submission.
+
+It is the only grader code the submission's process ever contains, and it knows nothing worth
+stealing: it imports the submission, calls the functions an exercise asks for on the inputs it
+was handed, and sends back what they returned, as plain data.  Expected values, pass/fail and
+scores never exist in this process; the grader compares the outputs in its own process.
+
+Run as ``python -I -B harness.py IN_DIR --channel-fd N [--only ID,ID] [--public NAME]``:
+
+- ``IN_DIR/submission.py``: the source the grader extracted from the submission;
+- ``IN_DIR/spec.json``: the limits, and the cases: ``{"id", "timeout", "calls": [{"fn", "args",
+  "capture_args"}]}``; an argument may be ``{"$ref": [i, *path]}``, a part of what call ``i`` of
+  the same case returned (decoding token by token feeds each step the cache the previous one made);
+- ``IN_DIR/inputs.npz``: the arrays the cases refer to (``{"$nd": key}``).
+
+Everything goes back on the channel file descriptor as one JSON object per line: ``hello``,
+``import``, then ``start``/``result`` per case, then ``done``.  Nothing is sent on stdout, so
+nothing the submission prints is ever read as a result; and since a malicious submission can
+write to the channel too, the grader treats every message as untrusted data.
+
+This file also holds the codec both sides use (``encode``/``decode``): arrays travel as ``.npy``
+bytes read back with ``allow_pickle=False``, Python ints as exact decimal strings, and anything
+else as its type name only.  Only the standard library and numpy are used here, because the
+``graders`` package is not visible inside the sandbox.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+# ----------------------------------------------------------------------------------------- codec
+
+MAX_DEPTH = 16
+MAX_ITEMS = 100_000          # containers' items, in total, per encoded value
+MAX_ARRAY_BYTES = 32 << 20   # per array
+MAX_TEXT = 2_000             # characters of a string kept
+
+
+class Opaque:
+    """A value that could not travel as data: only its type's name is known."""
+
+    def __init__(self, type_name: str, why: str = ""):
+        self.type_name = type_name
+        self.why = why
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name}>"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Opaque) and other.type_name == self.type_name
+
+
+def _type_name(value) -> str:
+    cls = type(value)
+    module = getattr(cls, "__module__", "") or ""
+    name = cls.__dict__.get("__qualname__", None) if isinstance(cls.__dict__, dict) else None
+    if not isinstance(name, str):
+        name = "object"
+    return name if module in ("builtins", "") else f"{module}.{name}"
+
+
+def array_to_bytes(array) -> bytes:
+    buf = io.BytesIO()
+    import numpy as np
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def array_from_bytes(data: bytes):
+    import numpy as np
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def encode(value, store=None, _budget=None, _depth=0):
+    """``value`` as JSON-able data.  ``store(array) -> node`` decides where arrays go (inline by
+    default).  Never calls a method of an object it does not know the exact type of."""
+    import numpy as np
+
+    budget = _budget if _budget is not None else [MAX_ITEMS]
+    budget[0] -= 1
+    if budget[0] < 0 or _depth > MAX_DEPTH:
+        return {"$obj": "too large"}
+    t = type(value)
+    if value is None or t is bool:
+        return value
+    if t is int:
+        return {"$int": str(value)}
+    if t is float:
+        return {"$float": repr(value)}
+    if t is str:
+        return value[:MAX_TEXT]
+    if isinstance(value, np.ndarray):
+        arr = np.asarray(value)
+        if arr.dtype.hasobject or arr.dtype.kind not in "biufcSUMm?":
+            return {"$obj": f"numpy.ndarray of dtype {arr.dtype}", "why": "not plain data"}
+        if arr.nbytes > MAX_ARRAY_BYTES:
+            return {"$obj": f"numpy.ndarray of shape {arr.shape}", "why": "too large"}
+        node = store(arr) if store else {"$npy": base64.b64encode(array_to_bytes(arr)).decode("ascii")}
+        if t is not np.ndarray:
+            node["cls"] = _type_name(value)
+        return node
+    if isinstance(value, np.generic):
+        arr = np.asarray(value)
+        if arr.dtype.hasobject:
+            return {"$obj": _type_name(value)}
+        node = store(arr) if store else {"$npy": base64.b64encode(array_to_bytes(arr)).decode("ascii")}
+        return {"$npscalar": node}
+    if t is list or t is tuple:
+        items = [encode(v, store, budget, _depth + 1) for v in value]
+        return {"$list" if t is list else "$tuple": items}
+    if t is dict:
+        return {"$dict": [[encode(k, store, budget, _depth + 1), encode(v, store, budget, _depth + 1)]
+                          for k, v in list(value.items())]}
+    return {"$obj": _type_name(value)}
+
+
+def decode(node, load=None, refs=None):
+    """The inverse of ``encode``.  ``load(node)`` reads an array stored elsewhere (``$nd``);
+    ``refs(path)`` resolves ``$ref`` (only inside the sandbox)."""
+    if node is None or isinstance(node, (bool, str)):
+        return node
+    if isinstance(node, (int, float)):          # plain JSON numbers (only the grader writes those)
+        return node
+    if isinstance(node, list):
+        raise ValueError("bare JSON list")
+    if not isinstance(node, dict) or len(node) == 0:
+        raise ValueError("not an encoded value")
+    if "$int" in node:
+        text = node["$int"]
+        if not isinstance(text, str) or len(text) > 4300:
+            raise ValueError("bad int")
+        return int(text)
+    if "$float" in node:
+        return float(node["$float"])
+    if "$npy" in node:
+        data = node["$npy"]
+        if not isinstance(data, str) or len(data) > MAX_ARRAY_BYTES * 2:
+            raise ValueError("bad array")
+        return array_from_bytes(base64.b64decode(data, validate=True))
+    if "$nd" in node:
+        if load is None:
+            raise ValueError("no array store")
+        return load(node)
+    if "$npscalar" in node:
+        arr = decode(node["$npscalar"], load, refs)
+        if getattr(arr, "ndim", None) != 0:
+            raise ValueError("bad numpy scalar")
+        return arr[()]
+    if "$list" in node:
+        return [decode(v, load, refs) for v in _as_list(node["$list"])]
+    if "$tuple" in node:
+        return tuple(decode(v, load, refs) for v in _as_list(node["$tuple"]))
+    if "$dict" in node:
+        out = {}
+        for pair in _as_list(node["$dict"]):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValueError("bad dict item")
+            key = decode(pair[0], load, refs)
+            try:
+                hash(key)
+            except TypeError:
+                key = repr(key)
+            out[key] = decode(pair[1], load, refs)
+        return out
+    if "$ref" in node:
+        if refs is None:
+            raise ValueError("reference outside a case")
+        return refs(node["$ref"])
+    if "$obj" in node:
+        return Opaque(str(node["$obj"])[:200], str(node.get("why", ""))[:200])
+    raise ValueError("unknown encoding")
+
+
+def _as_list(value):
+    if not isinstance(value, list):
+        raise ValueError("expected a list")
+    return value
+
+
+# --------------------------------------------------------------------------- inside the sandbox
+
+
+class _Timeout(BaseException):
+    """Raised in the submission's code when a case's time is up."""
+
+
+def _on_alarm(signum, frame):
+    raise _Timeout()
+
+
+class Channel:
+    """One JSON object per line on the file descriptor the grader reads."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def send(self, message: dict) -> None:
+        data = (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except OSError:
+            pass  # the grader went away or the submission closed the channel: nothing to do
+
+
+def _apply_limits(limits: dict) -> None:
+    import resource
+    pairs = {
+        "memory_bytes": resource.RLIMIT_AS,
+        "cpu_seconds": resource.RLIMIT_CPU,
+        "file_bytes": resource.RLIMIT_FSIZE,
+        "open_files": resource.RLIMIT_NOFILE,
+        "processes": getattr(resource, "RLIMIT_NPROC", None),
+    }
+    for key, which in pairs.items():
+        value = limits.get(key)
+        if which is None or not value:
+            continue
+        try:
+            soft, hard = resource.getrlimit(which)
+            value = int(value)
+            new_hard = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (new_hard, new_hard))
+        except (ValueError, OSError):
+            pass
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ValueError, OSError):
+        pass
+
+
+def _where(tb, filename: str):
+    """The last frame of the submission's own code in a traceback: (line, function)."""
+    found = None
+    for frame in traceback.extract_tb(tb):
+        if frame.filename == filename:
+            found = (frame.lineno, frame.name)
+    return found
+
+
+def _error(err: BaseException, filename: str) -> dict:
+    try:
+        text = str(err)
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        text = ""
+    where = _where(err.__traceback__, filename)
+    info = {"type": _type_name(err), "message": text[:400]}
+    if isinstance(err, SyntaxError) and err.filename == filename and err.lineno:
+        where = (err.lineno, "<module>")
+    if where:
+        info["line"], info["function"] = where[0], str(where[1])[:100]
+    return info
+
+
+def _arm(seconds: float) -> None:
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, seconds))
+
+
+def _disarm() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _run_case(case: dict, module, arrays, filename: str) -> dict:
+    results = []
+
+    def load(node):
+        return arrays[node["$nd"]]
+
+    def refs(path):
+        if not isinstance(path, list) or not path:
+            raise ValueError("bad reference")
+        value = results_values[path[0]]
+        for key in path[1:]:
+            value = value[key]
+        return value
+
+    results_values = []
+    _arm(float(case.get("timeout", 2.0)))
+    try:
+        for call in case["calls"]:
+            try:
+                args = [decode(a, load, refs) for a in call["args"]]
+            except _Timeout:
+                raise
+            except BaseException as err:  # noqa: BLE001 - the previous step's output was unusable
+                results.append({"ok": False, "error": {
+                    "type": "InputError",
+                    "message": f"could not pass on what the previous call returned ({_type_name(err)})"}})
+                break
+            fn = getattr(module, call["fn"], None)
+            if not callable(fn):
+                results.append({"ok": False, "error": {"type": "NameError",
+                                                      "message": f"{call['fn']} is not a function"}})
+                break
+            # Shallow copies of dict arguments keep the original arrays reachable even when the
+            # function rebinds a key (cache["k"] = ...), so in-place edits of them still show.
+            originals = [dict(a) if type(a) is dict else a for a in args] \
+                if call.get("capture_args") else None
+            start = time.perf_counter()
+            try:
+                value = fn(*args)
+            except _Timeout:
+                raise
+            except BaseException as err:  # noqa: BLE001 - SystemExit and friends are wrong answers
+                results.append({"ok": False, "error": _error(err, filename)})
+                break
+            elapsed = time.perf_counter() - start
+            results_values.append(value)
+            entry = {"ok": True, "value": encode(value), "seconds": round(elapsed, 6)}
+            if call.get("capture_args"):
+                entry["args_after"] = encode(args)
+                entry["originals_after"] = encode(originals)
+            results.append(entry)
+        _disarm()
+        return {"calls": results}
+    except _Timeout:
+        _disarm()
+        return {"calls": results, "timeout": True}
+    except BaseException as err:  # noqa: BLE001 - e.g. MemoryError while encoding
+        _disarm()
+        return {"calls": results, "error": _error(err, filename)}
+
+
+def main(argv: list[str]) -> None:
+    in_dir = argv[1]
+    opts = dict(zip(argv[2::2], argv[3::2]))
+    channel = Channel(int(opts["--channel-fd"]))
+    try:
+        os.set_inheritable(channel.fd, False)   # children the submission execs do not get it
+    except OSError:
+        pass
+    with open(os.path.join(in_dir, "spec.json")) as f:
+        spec = json.load(f)
+    _apply_limits(spec.get("limits", {}))
+    # -S: no site module, so no .pth file runs; the packages' folders are given explicitly.
+    sys.path[:0] = [p for p in opts.get("--site", "").split(os.pathsep) if p]
+    if opts.get("--lib"):
+        sys.path.insert(0, opts["--lib"])
+    only = set(filter(None, opts.get("--only", "").split(",")))
+    channel.send({"t": "hello", "pid": os.getpid()})
+
+    import numpy as np  # before the submission, so its patches cannot change how we read inputs
+    import importlib.util
+    arrays = {}
+    npz_path = os.path.join(in_dir, "inputs.npz")
+    if os.path.exists(npz_path):
+        with np.load(npz_path, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    # Fresh copies for every call, so one call's mutations never reach the next case.
+    class _Fresh(dict):
+        def __getitem__(self, key):
+            return dict.__getitem__(self, key).copy()
+    arrays = _Fresh(arrays)
+
+    filename = os.path.join(in_dir, "submission.py")
+    channel.send({"t": "import_start"})
+    _arm(float(spec.get("import_timeout", 10.0)))
+    try:
+        module_spec = importlib.util.spec_from_file_location("submission", filename)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules["submission"] = module
+        module_spec.loader.exec_module(module)
+        _disarm()
+    except _Timeout:
+        channel.send({"t": "import", "ok": False, "timeout": True})
+        os._exit(0)
+    except BaseException as err:  # noqa: BLE001
+        _disarm()
+        channel.send({"t": "import", "ok": False, "error": _error(err, filename)})
+        os._exit(0)
+    failures = getattr(module, "__grader_import_failures__", {})
+    channel.send({"t": "import", "ok": True,
+                  "import_failures": {str(k)[:200]: str(v)[:200] for k, v in dict(failures).items()}
+                  if isinstance(failures, dict) else {}})
+
+    public = opts.get("--public")
+    if public:
+        _run_public(public, module, channel, float(spec.get("submission_timeout", 30.0)))
+        os._exit(0)
+
+    for case in spec["cases"]:
+        if only and case["id"] not in only:
+            continue
+        channel.send({"t": "start", "id": case["id"]})
+        outcome = _run_case(case, module, arrays, filename)
+        outcome.update({"t": "result", "id": case["id"]})
+        try:
+            channel.send(outcome)
+        except (TypeError, ValueError):
+            channel.send({"t": "result", "id": case["id"], "calls": [],
+                          "error": {"type": "EncodingError", "message": "the output could not be sent"}})
+    channel.send({"t": "done"})
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        pass
+    os._exit(0)   # skip whatever atexit handlers the submission registered
+
+
+def _run_public(name: str, module, channel: Channel, seconds: float) -> None:
+    """``graders check``: the exercise's public checks, which are public, run here."""
+    fn = getattr(module, name, None)
+    _arm(seconds)
+    try:
+        import public_checks
+        outcomes = [{"description": o.description, "status": o.status, "message": o.message[:600]}
+                    for o in public_checks.evaluate(name, fn)]
+        _disarm()
+        channel.send({"t": "public", "outcomes": outcomes})
+    except _Timeout:
+        channel.send({"t": "public", "timeout": True})
+    except BaseException as err:  # noqa: BLE001
+        _disarm()
+        channel.send({"t": "public", "error": _error(err, "")})
+
+
+if __name__ == "__main__":
+    main(sys.argv)

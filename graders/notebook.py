@@ -1,0 +1,306 @@
+"""Reading a submission defensively: from a notebook or a .py file to the source the grader runs.
+
+A learner's notebook is full of things that are not the answer: scratch work, calls of the
+public checks, shell and magic lines, cells run twice, a cell with a typo.  The grader keeps only
+what defines the answer, top to bottom, in cell order:
+
+- imports (each wrapped so that a module missing in the sandbox does not sink the whole file:
+  the name stays undefined and the feedback says which import failed);
+- ``def`` and ``class`` statements, with their decorators;
+- simple top-level assignments: constants (``EPS = 1e-12``, ``SCALE = np.sqrt(2)``), aliases
+  (``softmax = my_softmax``) and, for the names the exercise asks for, anything.
+
+Everything else at top level (calls, loops, prints, ``run_checks(...)``) is dropped, so the
+answer is found by the function names the exercise asks for and the last definition wins.
+``%`` and ``!`` lines are dropped; cells with a syntax error are read statement by statement,
+keeping what parses; duplicated cells, a wrong kernelspec and missing metadata are fine.
+A file that cannot be read at all raises ``Unreadable`` with a message meant for the learner.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Unreadable", "Extracted", "extract", "extract_file", "infer_exercise"]
+
+# Modules the course's notebooks import that are never needed by an answer: dropped silently.
+DROPPED_IMPORTS = {"public_checks"}
+# Cell magics whose body is Python: the magic line goes, the body stays.
+PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+_LINE_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.\[\], ]+=\s*[%!])")
+_HELP_LINE = re.compile(r"^\s*\??[\w.]+\?\??\s*$")
+
+
+class Unreadable(ValueError):
+    """The submission cannot be read at all (the message says why, for the learner)."""
+
+
+@dataclass
+class Extracted:
+    """The part of a submission the grader runs, and where each line came from."""
+
+    source: str
+    origins: list[tuple[str, int]]   # for each line of ``source``: (cell label, line in that cell)
+    definitions: dict[str, str]      # name -> where it was last defined ("cell 4, line 2")
+    exercise: str | None = None      # from the notebook's metadata, when it says
+    notes: list[str] = field(default_factory=list)
+    kind: str = "notebook"
+
+    def locate(self, line: int | None) -> str | None:
+        """Where line ``line`` of ``source`` came from, in the learner's terms."""
+        if not line or not (1 <= line <= len(self.origins)):
+            return None
+        label, n = self.origins[line - 1]
+        return f"{label}, line {n}" if label else f"line {n}"
+
+    def missing(self, names) -> list[str]:
+        return [n for n in names if n not in self.definitions]
+
+    def suggestion(self, name: str) -> str:
+        """A hint when ``name`` is not defined: the closest names that are."""
+        callables = [n for n in self.definitions if not n.startswith("_")]
+        close = difflib.get_close_matches(name, callables, n=2, cutoff=0.5)
+        if close:
+            return f"did you mean to name {' or '.join(close)} '{name}'?"
+        if callables:
+            return f"the submission defines {', '.join(sorted(callables)[:8])}"
+        return "the submission defines no functions"
+
+
+# ------------------------------------------------------------------------------------- reading
+
+
+def extract_file(path, functions=()) -> Extracted:
+    """Read ``path`` (``.ipynb`` or anything else as Python) and extract it."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise Unreadable(f"{path.name}: no such file") from None
+    except IsADirectoryError:
+        raise Unreadable(f"{path.name} is a directory, not a notebook or a .py file") from None
+    except OSError as err:
+        raise Unreadable(f"{path.name} could not be read ({err.strerror})") from None
+    return extract(data, path.name, functions)
+
+
+def extract(data: bytes, filename: str, functions=()) -> Extracted:
+    """Extract the answer from the bytes of a submission called ``filename``."""
+    if not data.strip():
+        raise Unreadable(f"{filename} is empty")
+    if b"\x00" in data[:8192]:
+        raise Unreadable(f"{filename} is not a text file (is it a zip or an image?)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise Unreadable(f"{filename} is not UTF-8 text") from None
+    is_notebook = filename.lower().endswith(".ipynb") or (
+        text.lstrip().startswith("{") and '"cells"' in text[:100_000])
+    if is_notebook:
+        cells, exercise = _notebook_cells(text, filename)
+        return _extract_cells(cells, set(functions), exercise, kind="notebook")
+    return _extract_cells([("", text)], set(functions), None, kind="python")
+
+
+def _notebook_cells(text: str, filename: str) -> tuple[list[tuple[str, str]], str | None]:
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise Unreadable(f"{filename} is not a valid notebook: invalid JSON at line {err.lineno} "
+                         f"({err.msg}); was it saved completely?") from None
+    if not isinstance(nb, dict):
+        raise Unreadable(f"{filename} is not a notebook (its JSON is not an object)")
+    raw_cells = nb.get("cells")
+    if raw_cells is None and isinstance(nb.get("worksheets"), list):      # nbformat 3
+        raw_cells = [c for ws in nb["worksheets"] if isinstance(ws, dict)
+                     for c in (ws.get("cells") or [])]
+    if not isinstance(raw_cells, list):
+        raise Unreadable(f"{filename} is not a notebook (it has no list of cells)")
+    cells = []
+    for number, cell in enumerate(raw_cells, start=1):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", cell.get("input", ""))
+        if isinstance(source, list):
+            source = "".join(s for s in source if isinstance(s, str))
+        if not isinstance(source, str):
+            continue
+        cells.append((f"cell {number}", source))
+    meta = nb.get("metadata")
+    exercise = None
+    if isinstance(meta, dict) and isinstance(meta.get("kvcourse"), dict):
+        name = meta["kvcourse"].get("exercise")
+        exercise = name if isinstance(name, str) and name.isidentifier() else None
+    return cells, exercise
+
+
+# ----------------------------------------------------------------------------------- filtering
+
+
+def _clean_lines(label: str, source: str, notes: list[str]) -> list[str] | None:
+    """The cell's lines with magics and shell lines blanked (kept as blank lines so that line
+    numbers still match the learner's cell).  None when the whole cell is not Python."""
+    lines = source.splitlines()
+    if lines and lines[0].lstrip().startswith("%%"):
+        magic = lines[0].lstrip()[2:].split()[0] if lines[0].lstrip()[2:].split() else ""
+        if magic not in PYTHON_CELL_MAGICS:
+            return None
+        lines[0] = ""
+    return ["" if (_LINE_MAGIC.match(l) or _HELP_LINE.match(l)) else l for l in lines]
+
+
+def _chunks(lines: list[str]) -> list[tuple[int, list[str]]]:
+    """Split code into top-level statements' chunks (first line index, lines), used to keep the
+    parts of a cell that parse when another part does not."""
+    starts = []
+    for i, line in enumerate(lines):
+        if line and not line[0].isspace() and not line.startswith("#"):
+            first = line.split(None, 1)[0]
+            if first.rstrip(":") in ("else", "elif", "except", "finally") or line[0] in ")]}":
+                continue
+            if starts and lines[starts[-1]].startswith("@") and i == starts[-1] + 1:
+                continue  # a decorator stays with its def
+            if starts and lines[i - 1:i] and lines[i - 1].rstrip().endswith("\\"):
+                continue
+            starts.append(i)
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    bounds = starts + [len(lines)]
+    return [(bounds[k], lines[bounds[k]:bounds[k + 1]]) for k in range(len(starts))]
+
+
+def _parse(lines: list[str]):
+    return ast.parse("\n".join(lines) + "\n")
+
+
+def _statements(label: str, lines: list[str], notes: list[str]):
+    """(statement, its source lines, first line number) of the code in ``lines``."""
+    try:
+        tree = _parse(lines)
+        pieces = [(tree, lines, 0)]
+    except SyntaxError as err:
+        where = f"{label}, line {err.lineno}" if label else f"line {err.lineno}"
+        notes.append(f"syntax error at {where} ({err.msg}); the statements around it that parse were kept")
+        pieces = []
+        for offset, chunk in _chunks(lines):
+            try:
+                pieces.append((_parse(chunk), chunk, offset))
+            except SyntaxError:
+                continue
+    for tree, chunk, offset in pieces:
+        for node in tree.body:
+            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            yield node, chunk[start - 1:node.end_lineno], offset + start
+
+
+def _root_name(expr) -> str | None:
+    while isinstance(expr, ast.Attribute):
+        expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _simple_value(value, modules: set[str]) -> bool:
+    """True for a value worth keeping at top level: no calls except of imported modules'
+    functions (``np.sqrt(2)``, ``functools.partial(...)``)."""
+    for node in ast.walk(value):
+        if isinstance(node, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)):
+            return False
+        if isinstance(node, ast.Call):
+            root = _root_name(node.func)
+            if root is None or (root not in modules):
+                return False
+    return True
+
+
+def _bound_names(node) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    names = []
+    for target in targets:
+        for sub in ast.walk(target):
+            if isinstance(sub, ast.Name):
+                names.append(sub.id)
+    return names
+
+
+def _all_names(target) -> bool:
+    return all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Store, ast.Starred))
+               for n in ast.walk(target))
+
+
+def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted:
+    notes: list[str] = []
+    out_lines: list[str] = ["__grader_import_failures__ = {}"]
+    origins: list[tuple[str, int]] = [("", 0)]
+    definitions: dict[str, str] = {}
+    modules: set[str] = set()
+    kept = 0
+
+    def emit(lines, label, first):
+        for k, line in enumerate(lines):
+            out_lines.append(line)
+            origins.append((label, first + k))
+
+    for label, source in cells:
+        lines = _clean_lines(label, source, notes)
+        if lines is None:
+            continue
+        for node, seg, first in _statements(label, lines, notes):
+            where = f"{label}, line {first}" if label else f"line {first}"
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names]
+                top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else None
+                tops = [top] if top is not None else [n.split(".")[0] for n in names]
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    continue  # relative imports mean nothing here
+                if all(t in DROPPED_IMPORTS for t in tops):
+                    continue
+                bound = [a.asname or (a.name.split(".")[0] if isinstance(node, ast.Import) else a.name)
+                         for a in node.names]
+                modules.update(b for b in bound if b != "*")
+                text = " ".join(l.strip() for l in seg)[:120]
+                emit(["try:"], label, first)
+                emit(["    " + l for l in seg], label, first)
+                emit(["except ImportError as __grader_err:",
+                      f"    __grader_import_failures__[{text!r}] = str(__grader_err)"], label, first)
+                kept += 1
+                for b in bound:
+                    if b != "*":
+                        definitions[b] = where
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                emit(seg, label, first)
+                definitions[node.name] = where
+                kept += 1
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if not all(_all_names(t) for t in targets):
+                    continue
+                names = _bound_names(node)
+                if not (set(names) & functions) and not _simple_value(node.value, modules):
+                    continue
+                emit(seg, label, first)
+                for n in names:
+                    definitions[n] = where
+                kept += 1
+    if kept == 0 and not definitions:
+        notes.append("no function definitions were found")
+    return Extracted("\n".join(out_lines) + "\n", origins, definitions, exercise, notes, kind)
+
+
+# ---------------------------------------------------------------------------------- exercise
+
+
+def infer_exercise(filename: str, metadata_name: str | None, known) -> str | None:
+    """The exercise a submission is for: its notebook metadata, else the longest known exercise
+    name found in its file name (``attend_step (1).ipynb``, ``jdoe-kv_cache_bytes.py``)."""
+    known = list(known)
+    if metadata_name in known:
+        return metadata_name
+    stem = Path(filename).stem.lower().replace("-", "_").replace(" ", "_")
+    found = [name for name in known if name in stem]
+    return max(found, key=len) if found else None

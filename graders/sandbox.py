@@ -1,0 +1,388 @@
+"""Running a submission in a throw-away sandbox, and watching it from outside.
+
+With bubblewrap (``bwrap``, Debian's ``bubblewrap``) the submission gets:
+
+- its own PID, network, IPC and UTS namespaces: no network at all (not even the host's
+  loopback), no view of any process outside (``/proc`` is its own), and every process it starts
+  dies when the sandbox does (``--die-with-parent``; PID 1 of the namespace exits with the
+  harness, which takes the whole namespace with it);
+- a file system made of read-only binds of ``/usr`` (with ``/bin``, ``/lib``...), a few
+  ``/etc/ld.so*`` files, the Python installation and the virtual environment's packages, the job
+  folder (``/sandbox/in``: the extracted source and the inputs) and the harness: the course
+  checkout, ``solutions/``, ``graders/`` and the rest of the machine are not there;
+- a private ``/tmp`` and a ``/scratch`` working folder, both size-capped tmpfs, as the only
+  writable places; nothing it writes outlives it;
+- when the grader runs as root, a user id of its own (a random one, never a real user) with no
+  capabilities and ``no_new_privs``: it cannot signal the grader, and the process limit
+  (``RLIMIT_NPROC``) counts only its own processes;
+- resource limits set before its code runs: address space (2 GiB by default), CPU time, file
+  size, open files, processes; and a clean environment.
+
+Without bubblewrap (or when it cannot start here) the fallback is a plain subprocess: the same
+limits, a new session killed as a group, the same separate user id when root (so the grader
+cannot be signalled, and every process of that user is killed afterwards), but the submission
+can read what that user can read and reach the network.  ``Run.isolation`` says which was used,
+and the results say so.
+
+The grader watches from outside: a wall-clock limit for start-up and import, one for each test
+(renewed by the harness's ``start`` messages) and one for the whole submission; output to
+stdout/stderr is drained and capped; the results channel is capped too.  Results never come
+from stdout: only JSON lines on the channel are read, and they are only data to compare.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Limits", "Run", "Sandbox", "HARNESS", "bwrap_status"]
+
+HARNESS = Path(__file__).resolve().parent / "harness.py"
+GRACE = 1.0           # seconds the grader waits beyond the harness's own timer before killing
+
+
+@dataclass
+class Limits:
+    """Limits of one graded submission (the CLI's flags set them)."""
+
+    memory_bytes: int = 2 << 30          # RLIMIT_AS of every process of the submission
+    test_seconds: float = 2.0            # per test, unless a test says otherwise
+    submission_seconds: float = 30.0     # the whole submission, start-up included
+    import_seconds: float = 10.0         # interpreter start-up and importing the submission
+    output_bytes: int = 64 << 10         # stdout + stderr kept (the rest is drained and dropped)
+    channel_bytes: int = 64 << 20        # results channel
+    tmpfs_bytes: int = 64 << 20          # size of /tmp and /scratch, and the file size limit
+    processes: int = 64                  # RLIMIT_NPROC, when the sandbox has a user id of its own
+    open_files: int = 256
+    max_restarts: int = 3                # relaunches after a test killed the process
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Run:
+    """What happened in one sandboxed run: only data, nothing the submission can turn into a grade."""
+
+    messages: list[dict] = field(default_factory=list)
+    output: str = ""                     # stdout and stderr, capped
+    output_dropped: int = 0              # bytes beyond the cap
+    returncode: int | None = None
+    killed: str | None = None            # import_timeout, test_timeout, submission_timeout, channel_overflow
+    running: str | None = None           # the test in progress when the process ended or was killed
+    phase: str = "startup"               # startup, import, test, between, done
+    isolation: str = ""
+    elapsed: float = 0.0
+    channel_junk: int = 0                # lines on the channel that were not valid messages
+
+
+_probe_lock = threading.Lock()
+_probe: dict[str, str] = {}
+
+
+def bwrap_status() -> tuple[bool, str]:
+    """(usable, why): whether bubblewrap is installed and can start a sandbox here."""
+    with _probe_lock:
+        if "status" not in _probe:
+            path = shutil.which("bwrap")
+            if not path:
+                _probe["status"], _probe["why"] = "no", "bubblewrap (bwrap) is not installed"
+            else:
+                uid = 100_000 + secrets.randbelow(1_000_000) if os.geteuid() == 0 else None
+                cmd = _bwrap_prefix(uid=uid, tmpfs_bytes=1 << 20, job_dir=None, public_checks=None) + ["/usr/bin/true"]
+                try:
+                    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+                    ok = proc.returncode == 0
+                    why = "" if ok else proc.stderr.decode(errors="replace").strip()[:300]
+                except (OSError, subprocess.TimeoutExpired) as err:
+                    ok, why = False, str(err)
+                _probe["status"] = "yes" if ok else "no"
+                _probe["why"] = why if not ok else f"bubblewrap at {path}"
+        return _probe["status"] == "yes", _probe["why"]
+
+
+def _python_roots() -> list[str]:
+    """Folders the sandboxed interpreter needs: the installation and the packages' folders."""
+    roots = [sys.base_prefix, sys.prefix]
+    import numpy
+    roots.append(str(Path(numpy.__file__).resolve().parent.parent))
+    out: list[str] = []
+    for root in roots:
+        for path in {os.path.abspath(root), os.path.realpath(root)}:
+            if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in out):
+                out = [r for r in out if not r.startswith(path.rstrip("/") + "/")] + [path]
+    return out
+
+
+def site_dirs() -> list[str]:
+    """The package folders put on the sandboxed ``sys.path`` (``-S``: no ``.pth`` files are run,
+    so an editable install's path to the course checkout never gets there)."""
+    import numpy
+    return [str(Path(numpy.__file__).resolve().parent.parent)]
+
+
+def _bwrap_prefix(uid, tmpfs_bytes, job_dir, public_checks) -> list[str]:
+    args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
+            "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+                "/etc/localtime"):
+        args += ["--ro-bind-try", etc, etc]
+    roots = _python_roots()
+    # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
+    parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) != "/"}
+                     | {"/sandbox", "/sandbox/lib"}, key=lambda q: q.count("/"))
+    for folder in parents:
+        args += ["--perms", "0755", "--dir", folder]
+    for root in roots:
+        args += ["--ro-bind", root, root]
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
+    if job_dir is not None:
+        args += ["--ro-bind", str(job_dir), "/sandbox/in", "--ro-bind", str(HARNESS), "/sandbox/harness.py"]
+    if public_checks is not None:       # `graders check` only: the public checks are public
+        args += ["--ro-bind", str(public_checks), "/sandbox/lib/public_checks"]
+    args += ["--chdir", "/scratch", "--clearenv"]
+    for key, value in _environment("/scratch").items():
+        args += ["--setenv", key, value]
+    if uid is not None:
+        # Root: keep only what setpriv needs to switch to the sandbox's own user; it drops the rest.
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                 "--cap-add", "CAP_SETPCAP", "--"]
+        args += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+    else:
+        args += ["--unshare-user", "--disable-userns", "--"]
+    return args
+
+
+def _environment(home: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8",
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "NUMEXPR_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+
+
+def _sweep_uid(uid: int) -> None:
+    """Kill every process of user ``uid`` (the sandbox's own user: nobody else has it)."""
+    for _ in range(5):
+        found = False
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/status") as f:
+                    for line in f:
+                        if line.startswith("Uid:"):
+                            if int(line.split()[1]) == uid:
+                                found = True
+                                os.kill(int(entry.name), signal.SIGKILL)
+                            break
+            except (OSError, ValueError):
+                continue
+        if not found:
+            return
+        time.sleep(0.01)
+
+
+class Sandbox:
+    """Runs the harness on a job folder, in bubblewrap when it can ("auto"), or as asked
+    ("bwrap" fails when bubblewrap cannot run; "subprocess" is the fallback on purpose)."""
+
+    def __init__(self, isolation: str = "auto"):
+        if isolation not in ("auto", "bwrap", "subprocess"):
+            raise ValueError("isolation must be auto, bwrap or subprocess")
+        ok, why = bwrap_status() if isolation != "subprocess" else (False, "the fallback was asked for")
+        if isolation == "bwrap" and not ok:
+            raise RuntimeError(f"bubblewrap cannot be used: {why}")
+        self.mode = "bwrap" if ok else "subprocess"
+        self.why = why
+        self.root = os.geteuid() == 0
+
+    @property
+    def description(self) -> str:
+        if self.mode == "bwrap":
+            who = "its own user id, no capabilities" if self.root else "a user namespace"
+            return ("bubblewrap: no network, own PID namespace, read-only system and Python, private "
+                    f"/tmp and scratch, course checkout invisible, {who}")
+        who = "its own user id (root grader)" if self.root else "the grader's user"
+        return (f"subprocess fallback ({self.why}): resource limits, process-group kill, {who}; "
+                "the submission can read the grader's files and reach the network")
+
+    def run(self, job_dir: Path, limits: Limits, test_seconds: dict[str, float], *,
+            only: list[str] | None = None, public: str | None = None,
+            public_checks: Path | None = None) -> Run:
+        uid = 100_000 + secrets.randbelow(1_000_000_000) if self.root else None
+        run = Run(isolation=self.mode)
+        read_fd, write_fd = os.pipe()
+        scratch = None
+        try:
+            if self.mode == "bwrap":
+                inner_fd = write_fd
+                cmd = _bwrap_prefix(uid, limits.tmpfs_bytes, job_dir, public_checks)
+                cmd += [sys.executable, "-I", "-S", "-B", "/sandbox/harness.py", "/sandbox/in"]
+                lib_arg = "/sandbox/lib" if public_checks is not None else ""
+                kwargs = {"env": {}}
+            else:
+                inner_fd = write_fd
+                import tempfile
+                scratch = tempfile.mkdtemp(prefix="grader-scratch-")
+                if uid is not None:
+                    os.chown(scratch, uid, uid)
+                cmd = [sys.executable, "-I", "-S", "-B", str(HARNESS), str(job_dir)]
+                lib_arg = str(Path(public_checks).parent) if public_checks is not None else ""
+                kwargs = {"env": _environment(scratch), "cwd": scratch}
+                if uid is not None:
+                    kwargs.update(user=uid, group=uid, extra_groups=[])
+            cmd += ["--channel-fd", str(inner_fd), "--site", os.pathsep.join(site_dirs())]
+            if lib_arg:
+                cmd += ["--lib", lib_arg]
+            if only:
+                cmd += ["--only", ",".join(only)]
+            if public:
+                cmd += ["--public", public]
+            start = time.monotonic()
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                    start_new_session=True, **kwargs)
+            os.close(write_fd)
+            write_fd = -1
+            try:
+                self._watch(proc, read_fd, run, limits, test_seconds, start)
+            finally:
+                run.returncode = self._kill(proc, uid)
+            run.elapsed = time.monotonic() - start
+            return run
+        finally:
+            if write_fd >= 0:
+                os.close(write_fd)
+            os.close(read_fd)
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    # -------------------------------------------------------------------------------- watching
+
+    def _watch(self, proc, read_fd, run: Run, limits: Limits, test_seconds, start) -> None:
+        sel = selectors.DefaultSelector()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(proc.stdout.fileno(), False)
+        sel.register(read_fd, selectors.EVENT_READ, "channel")
+        sel.register(proc.stdout, selectors.EVENT_READ, "output")
+        open_streams = 2
+        pending = b""
+        channel_total = 0
+        output = bytearray()
+        phase_deadline = start + limits.import_seconds + GRACE
+        overall = start + limits.submission_seconds + GRACE
+        exited_at = None
+        while True:
+            now = time.monotonic()
+            if proc.poll() is not None:
+                exited_at = exited_at or now
+                if open_streams == 0 or now - exited_at > 0.2:
+                    break       # what is left in the pipes after 0.2 s belongs to stray children
+            deadline = min(phase_deadline, overall)
+            if now >= deadline:
+                if run.phase in ("startup", "import"):
+                    run.killed = "import_timeout"
+                elif now >= overall:
+                    run.killed = "submission_timeout"
+                else:
+                    run.killed = "test_timeout"
+                break
+            if run.killed:
+                break
+            wait = min(deadline - now, 0.05 if exited_at else deadline - now)
+            for key, _ in sel.select(timeout=max(0.0, wait)):
+                try:
+                    chunk = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                if key.data == "output":
+                    room = limits.output_bytes - len(output)
+                    if room > 0:
+                        output += chunk[:room]
+                    run.output_dropped += max(0, len(chunk) - max(room, 0))
+                    continue
+                channel_total += len(chunk)
+                if channel_total > limits.channel_bytes:
+                    run.killed = "channel_overflow"
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    message = _parse(line)
+                    if message is None:
+                        run.channel_junk += 1
+                        continue
+                    run.messages.append(message)
+                    kind = message["t"]
+                    now = time.monotonic()
+                    if kind == "import_start" and run.phase == "startup":
+                        run.phase = "import"
+                    elif kind == "import":
+                        run.phase = "between"
+                        phase_deadline = overall
+                    elif kind == "start" and message.get("id") in test_seconds:
+                        run.phase, run.running = "test", message["id"]
+                        phase_deadline = now + test_seconds[message["id"]] + GRACE
+                    elif kind == "result" and message.get("id") == run.running:
+                        run.phase, run.running = "between", None
+                        phase_deadline = overall
+                    elif kind in ("done", "public"):
+                        run.phase, run.running = "done", None
+                        phase_deadline = overall
+        sel.close()
+        run.output = output.decode("utf-8", errors="replace")
+
+    def _kill(self, proc, uid) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if uid is not None and self.mode == "subprocess":
+            _sweep_uid(uid)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if uid is not None and self.mode == "bwrap" and proc.returncode not in (0, None) and proc.returncode < 0:
+            _sweep_uid(uid)   # killed mid-run: make sure nothing of that user is left
+        if proc.returncode is None:
+            proc.returncode = -9
+        proc.stdout.close()
+        return proc.returncode
+
+
+def _parse(line: bytes):
+    if not line or len(line) > (48 << 20):
+        return None
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
+        return None
+    return message
