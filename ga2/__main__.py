@@ -1,0 +1,6 @@
+"""``python -m ga2``: the seed chapter's tables, from the model (see ``ga2.report``)."""
+import sys
+
+from .report import main
+
+sys.exit(main())
