@@ -1,0 +1,141 @@
+"""Public checks for the exercise ``attend_step(x_t, cache, p)`` (chapter 2).
+
+A few small cases; the expected values are worked out by hand or with a few lines of
+plain numpy written here, never with the course's engine.  The hidden tests check more.
+"""
+import math
+
+import numpy as np
+
+
+def _empty(d):
+    return {"k": np.zeros((0, d)), "v": np.zeros((0, d))}
+
+
+def _three_tokens():
+    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    p = {"Wq": np.eye(2), "Wk": np.eye(2), "Wv": np.diag([1.0, 2.0])}
+    return X, p
+
+
+def _run(fn, X, p, d):
+    cache, outs = _empty(d), []
+    for x_t in X:
+        result = fn(x_t, cache, p)
+        assert isinstance(result, tuple) and len(result) == 2, (
+            "attend_step should return a pair (out, new_cache)")
+        out, cache = result
+        outs.append(np.asarray(out, dtype=np.float64))
+    return outs, cache
+
+
+def _reference_rows(X, p, scale=True):
+    """Causal attention of the projected tokens, row by row, in plain numpy."""
+    Q, K, V = X @ p["Wq"], X @ p["Wk"], X @ p["Wv"]
+    d = Q.shape[1]
+    rows = []
+    for i in range(len(X)):
+        s = K[: i + 1] @ Q[i]
+        if scale:
+            s = s / math.sqrt(d)
+        w = np.exp(s - s.max())
+        rows.append((w / w.sum()) @ V[: i + 1])
+    return np.array(rows)
+
+
+def check_first_step_shapes(fn):
+    rng = np.random.default_rng(1)
+    p = {name: rng.normal(size=(3, 2)) for name in ("Wq", "Wk", "Wv")}
+    out, new = fn(rng.normal(size=3), _empty(2), p)
+    out = np.asarray(out)
+    assert out.shape == (2,), f"with D = 3 and d = 2, out should have shape (2,), got {out.shape}"
+    assert isinstance(new, dict) and set(new) >= {"k", "v"}, (
+        "the new cache should be a dict with the keys 'k' and 'v'")
+    for name in ("k", "v"):
+        shape = np.shape(new[name])
+        assert shape == (1, 2), (
+            f"after one step from an empty cache, new_cache[{name!r}] should have shape (1, 2) "
+            f"(one row of d = 2 numbers), got {shape}")
+
+
+def check_first_step_is_own_value(fn):
+    rng = np.random.default_rng(2)
+    p = {name: rng.normal(size=(4, 3)) for name in ("Wq", "Wk", "Wv")}
+    x = rng.normal(size=4)
+    out, _ = fn(x, _empty(3), p)
+    out, v = np.asarray(out, dtype=np.float64), x @ p["Wv"]
+    gap = float(np.max(np.abs(out - v))) if out.shape == v.shape else float("inf")
+    assert gap < 1e-12, (
+        f"the first token attends only to itself (weight 1), so out should be its value "
+        f"x Wv = {np.round(v, 6).tolist()}; got {np.round(out, 6).tolist()}")
+
+
+def check_three_tokens_by_hand(fn):
+    X, p = _three_tokens()
+    outs, cache = _run(fn, X, p, 2)
+    r = math.exp(1 / math.sqrt(2))        # the weight ratio between scores that differ by 1/sqrt(2)
+    expected = [[1.0, 0.0],
+                [1 / (1 + r), 2 * r / (1 + r)],
+                [(1 + r) / (2 + r), (2 + 2 * r) / (2 + r)]]
+    unscaled = _reference_rows(X, p, scale=False)
+    for step, (got, want) in enumerate(zip(outs, expected), start=1):
+        assert got.shape == (2,), f"step {step}: out should have shape (2,), got {got.shape}"
+        gap = float(np.max(np.abs(got - want)))
+        if gap > 1e-9:
+            hint = (" The scores seem not to be divided by sqrt(d)."
+                    if np.allclose(got, unscaled[step - 1], atol=1e-9) else "")
+            raise AssertionError(f"step {step}: out should be {np.round(want, 6).tolist()}, "
+                                 f"got {np.round(got, 6).tolist()} (off by up to {gap:.1e}).{hint}")
+    assert np.shape(cache["k"]) == (3, 2) and np.shape(cache["v"]) == (3, 2), (
+        f"after three steps the cache should hold 3 rows, got shapes {np.shape(cache['k'])} "
+        f"and {np.shape(cache['v'])}")
+
+
+def check_input_cache_unchanged(fn):
+    X, p = _three_tokens()
+    k = np.array([[1.0, 0.0], [0.0, 1.0]])
+    v = np.array([[1.0, 0.0], [0.0, 2.0]])
+    k.flags.writeable = False
+    v.flags.writeable = False
+    cache = {"k": k, "v": v}
+    try:
+        fn(X[2], cache, p)
+    except ValueError as err:
+        if "read-only" in str(err):
+            raise AssertionError("your function wrote into the arrays of the input cache "
+                                 "(they were read-only here); build new arrays instead, "
+                                 "for example with np.vstack") from None
+        raise
+    assert set(cache) == {"k", "v"}, f"the input cache's keys changed: {sorted(cache)}"
+    for name, original in (("k", k), ("v", v)):
+        now = cache[name]
+        assert now is original, (
+            f"the input cache's {name!r} was replaced by another array (now of shape {np.shape(now)}, "
+            "it was (2, 2)): return a new dict instead of assigning into the one you were given")
+    assert np.array_equal(k, [[1.0, 0.0], [0.0, 1.0]]) and np.array_equal(v, [[1.0, 0.0], [0.0, 2.0]]), (
+        "the values in the input cache changed")
+
+
+def check_random_against_causal_attention(fn):
+    rng = np.random.default_rng(5)
+    D, d, T = 4, 3, 5
+    p = {name: rng.normal(size=(D, d)) for name in ("Wq", "Wk", "Wv")}
+    X = rng.normal(size=(T, D))
+    outs, _ = _run(fn, X, p, d)
+    got, want = np.array(outs), _reference_rows(X, p)
+    assert got.shape == want.shape, f"expected {T} outputs of shape ({d},), got an array of shape {got.shape}"
+    rel = float(np.max(np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)))
+    hint = (" The scores seem not to be divided by sqrt(d)."
+            if np.allclose(got, _reference_rows(X, p, scale=False), atol=1e-9) else "")
+    assert rel < 1e-10, (
+        f"decoding {T} random tokens one by one should give the rows of full causal attention; "
+        f"the largest relative difference is {rel:.1e}.{hint}")
+
+
+CHECKS = [
+    ("first step from an empty cache: shapes", check_first_step_shapes),
+    ("first step: the output is the token's own value", check_first_step_is_own_value),
+    ("three tokens worked out by hand", check_three_tokens_by_hand),
+    ("the input cache is not modified", check_input_cache_unchanged),
+    ("random tokens: equal to full causal attention, row by row", check_random_against_causal_attention),
+]

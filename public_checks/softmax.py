@@ -1,0 +1,89 @@
+"""Public checks for the exercise ``softmax(scores)`` (chapter 1).
+
+A few small cases with expected values worked out by hand.  They do not import the
+course's engine.  The hidden tests check more (other shapes, many random cases).
+"""
+import math
+
+import numpy as np
+
+
+def _result(fn, scores):
+    """Call the learner's softmax on a fresh float64 array and return an ndarray."""
+    return np.asarray(fn(np.array(scores, dtype=np.float64)), dtype=np.float64)
+
+
+def _expect_close(got, expected, what, tol=1e-9):
+    expected = np.asarray(expected, dtype=np.float64)
+    assert got.shape == expected.shape, (
+        f"{what}: expected an array of shape {expected.shape}, got shape {got.shape}")
+    assert np.all(np.isfinite(got)), f"{what}: the result contains nan or inf: {got}"
+    gap = float(np.max(np.abs(got - expected)))
+    assert gap <= tol, (
+        f"{what}: expected {np.round(expected, 6).tolist()}, got {np.round(got, 6).tolist()} "
+        f"(off by up to {gap:.1e})")
+
+
+def check_sums_to_one(fn):
+    got = _result(fn, [1.0, 2.0, 3.0])
+    assert got.shape == (3,), f"three scores should give three weights, got an array of shape {got.shape}"
+    assert np.all(np.isfinite(got)), f"the weights contain nan or inf: {got}"
+    assert np.all(got > 0), f"every weight should be positive, got {got.tolist()}"
+    total = float(got.sum())
+    assert abs(total - 1.0) < 1e-12, f"the weights should sum to 1, they sum to {total!r}"
+
+
+def check_hand_values(fn):
+    # softmax([0, ln 3]) = (1, 3) / 4 exactly
+    _expect_close(_result(fn, [0.0, math.log(3.0)]), [0.25, 0.75], "softmax([0, ln 3])")
+    # softmax([1, 2, 3]) = (e^-2, e^-1, 1) / (e^-2 + e^-1 + 1)
+    z = math.exp(-2) + math.exp(-1) + 1.0
+    _expect_close(_result(fn, [1.0, 2.0, 3.0]), [math.exp(-2) / z, math.exp(-1) / z, 1.0 / z],
+                  "softmax([1, 2, 3])")
+
+
+def check_rows_of_a_table(fn):
+    scores = [[0.0, math.log(3.0)],
+              [math.log(3.0), 0.0],
+              [5.0, 5.0]]
+    got = _result(fn, scores)
+    assert got.shape == (3, 2), (
+        f"a (3, 2) table of scores should give a (3, 2) table of weights, got shape {got.shape}")
+    row_sums = got.sum(axis=-1)
+    if not np.allclose(row_sums, 1.0):
+        col_sums = got.sum(axis=0)
+        hint = (" Your columns sum to 1: take the softmax along the last axis (each row), "
+                "for example with axis=-1 and keepdims=True."
+                if np.allclose(col_sums, 1.0) else
+                " Take the max and the sum along the last axis with keepdims=True.")
+        raise AssertionError(f"each row should sum to 1, the row sums are {np.round(row_sums, 6).tolist()}.{hint}")
+    _expect_close(got, [[0.25, 0.75], [0.75, 0.25], [0.5, 0.5]], "softmax of each row")
+
+
+def check_huge_scores(fn):
+    e = math.e
+    with np.errstate(all="ignore"):
+        got = _result(fn, [1e4, 1e4 - 1])
+    assert np.all(np.isfinite(got)), (
+        f"softmax([1e4, 1e4 - 1]) gave {got.tolist()}: np.exp(1e4) overflows to inf. "
+        "Subtract the largest score from every score before taking exp.")
+    _expect_close(got, [e / (1 + e), 1 / (1 + e)], "softmax([1e4, 1e4 - 1])")
+
+
+def check_very_negative_scores(fn):
+    e = math.e
+    with np.errstate(all="ignore"):
+        got = _result(fn, [-1e4, -1e4 - 1])
+    assert np.all(np.isfinite(got)), (
+        f"softmax([-1e4, -1e4 - 1]) gave {got.tolist()}: np.exp(-1e4) underflows to 0, and 0/0 is nan. "
+        "Subtract the largest score from every score before taking exp.")
+    _expect_close(got, [e / (1 + e), 1 / (1 + e)], "softmax([-1e4, -1e4 - 1])")
+
+
+CHECKS = [
+    ("three scores give positive weights that sum to 1", check_sums_to_one),
+    ("matches values worked out by hand", check_hand_values),
+    ("a 2-D table: the softmax of each row", check_rows_of_a_table),
+    ("stable for huge scores [1e4, 1e4 - 1]", check_huge_scores),
+    ("stable for very negative scores [-1e4, -1e4 - 1]", check_very_negative_scores),
+]
