@@ -146,18 +146,17 @@ def sequences_in_budget(budget_bytes: int, model: ModelShape, seq_len: int, byte
 
 
 def format_bytes(n: int) -> str:
-    """A byte count in the largest binary unit that divides it exactly, else with 2 decimals.
+    """A byte count in the largest binary unit it reaches: whole when exact, else to 2 decimals.
 
-    >>> format_bytes(524_288), format_bytes(4 * 2**30), format_bytes(640 * 2**20)
-    ('512 KiB', '4 GiB', '640 MiB')
+    >>> format_bytes(524_288), format_bytes(4 * 2**30), format_bytes(640 * 2**20), format_bytes(10**10)
+    ('512 KiB', '4 GiB', '640 MiB', '9.31 GiB')
     """
     n = _whole("n", n)
     for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if n >= size and n % size == 0:
-            return f"{n // size:,} {unit}"
-    for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if n >= size:
-            return f"{n / size:,.2f} {unit}"
+            if n % size == 0:
+                return f"{n // size:,} {unit}"
+            return f"{n / size:,.2f}".rstrip("0").rstrip(".") + f" {unit}"
     return f"{n:,} bytes"
 
 
