@@ -91,7 +91,7 @@ def check_close(actual: np.ndarray, expected: np.ndarray, what: str, *, rtol: fl
     err = np.abs(actual - expected)
     bad = err > atol + rtol * np.abs(expected)
     if bad.any():
-        rel = float(np.max(err / np.maximum(np.abs(expected), atol)))
+        rel = float(np.max(err) / max(float(np.max(np.abs(expected))), atol))
         where = ""
         if actual.ndim == 2:
             rows = np.flatnonzero(bad.any(axis=1))
@@ -99,7 +99,7 @@ def check_close(actual: np.ndarray, expected: np.ndarray, what: str, *, rtol: fl
         elif actual.ndim == 1 and actual.size > 1:
             where = f" (entries {_ranges(np.flatnonzero(bad))})"
         raise Fail(f"{what} differs in {int(bad.sum())} of {actual.size} entries{where}, "
-                   f"largest relative error {rel:.1e}{'; ' + hint if hint else ''}")
+                   f"largest error {rel:.1e} relative to the largest entry{'; ' + hint if hint else ''}")
 
 
 def check_array(value, expected: np.ndarray, what: str, *, rtol: float = RTOL, atol: float = ATOL,
@@ -161,7 +161,7 @@ def check_exact_int(value, expected: int, what: str, hints: dict[float, str] | N
         if extra:
             text += f"; {extra}"
         if isinstance(value, np.integer) and abs(expected) >= 2 ** 31:
-            text += f"; it is a {value.dtype}: did the product overflow? Use Python ints"
+            text += f"; its type is numpy {value.dtype}: did the product overflow? Use Python ints"
         raise Fail(text)
 
 

@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "Run", "Sandbox", "HARNESS", "bwrap_status"]
+__all__ = ["Limits", "Run", "Sandbox", "HARNESS", "bwrap_status", "kill_all"]
 
 HARNESS = Path(__file__).resolve().parent / "harness.py"
 GRACE = 1.0           # seconds the grader waits beyond the harness's own timer before killing
@@ -83,6 +83,21 @@ class Run:
     isolation: str = ""
     elapsed: float = 0.0
     channel_junk: int = 0                # lines on the channel that were not valid messages
+
+
+_live: set = set()                 # the sandboxes running now (to kill them on Ctrl-C)
+_live_lock = threading.Lock()
+
+
+def kill_all() -> None:
+    """Kill every sandbox this process started that is still running."""
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 _probe_lock = threading.Lock()
@@ -263,10 +278,14 @@ class Sandbox:
                                     start_new_session=True, **kwargs)
             os.close(write_fd)
             write_fd = -1
+            with _live_lock:
+                _live.add(proc)
             try:
                 self._watch(proc, read_fd, run, limits, test_seconds, start)
             finally:
                 run.returncode = self._kill(proc, uid)
+                with _live_lock:
+                    _live.discard(proc)
             run.elapsed = time.monotonic() - start
             return run
         finally:
@@ -308,6 +327,12 @@ class Sandbox:
                 break
             if run.killed:
                 break
+            if open_streams == 0:           # nothing left to read: wait for the exit itself
+                try:
+                    proc.wait(timeout=max(0.0, deadline - now))
+                except subprocess.TimeoutExpired:
+                    pass
+                continue
             wait = min(deadline - now, 0.05 if exited_at else deadline - now)
             for key, _ in sel.select(timeout=max(0.0, wait)):
                 try:

@@ -1,0 +1,48 @@
+"""Helpers for exercises whose answer is one number computed from a few arguments.
+
+A test is a list of argument tuples; the check compares each returned number with the grader's
+reference, exactly for integers (``check_exact_int``) or within a relative tolerance for reals
+(``check_real``), and names the case by its position, never by its arguments or its answer.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..checks import Fail, check_exact_int, check_real, describe
+from ..registry import Call, Test
+
+
+def values_test(fn: str, name: str, points: float, cases, reference, *, exact: bool, hints=None,
+                rtol: float = 1e-9) -> Test:
+    expected = [reference(*args) for args in cases]
+
+    def check(results):
+        for k, exp in enumerate(expected):
+            what = f"case {k + 1} of {len(cases)}: the result" if len(cases) > 1 else "the result"
+            if exact:
+                check_exact_int(results[k].value, exp, what, hints)
+            else:
+                check_real(results[k].value, exp, what, rtol=rtol, hints=hints)
+    return Test(name, points, [Call(fn, tuple(args)) for args in cases], check, step="case")
+
+
+def type_test(fn: str, name: str, points: float, args, kind: str) -> Test:
+    """The result is a Python ``int`` (kind "int") or a real number (kind "float": a Python float
+    or a numpy floating scalar, not an array)."""
+    def check(results):
+        value = results[0].value
+        if kind == "int":
+            if type(value) is not int:
+                extra = " (use int(...) or plain Python arithmetic)" if isinstance(value, (np.integer, float, np.floating)) else ""
+                raise Fail(f"the result is {describe(value)}; expected a Python int{extra}")
+        else:
+            if isinstance(value, bool) or not isinstance(value, (float, np.floating)):
+                if isinstance(value, int):
+                    raise Fail("the result is a Python int; expected a float (seconds or ops per byte "
+                               "are not whole numbers in general: use / rather than //)")
+                raise Fail(f"the result is {describe(value)}; expected a float")
+            if not math.isfinite(float(value)):
+                raise Fail("the result is not finite")
+    return Test(name, points, [Call(fn, tuple(args))], check)
