@@ -367,6 +367,9 @@ def _error_text(error, extracted: Extracted, fn: str | None = None) -> str:
     if kind == "SystemExit":
         return (f"called sys.exit({text}){loc}: a graded function must return its answer, and "
                 "exiting does not count as passing")
+    if kind == "NotImplementedError":
+        return (f"is not implemented yet: it raises NotImplementedError{f' at {where}' if where else ''}; "
+                "write your answer in the starter cell")
     if kind == "MemoryError":
         return f"ran out of memory{loc} (the limit is {_gib(extracted)} per submission)"
     if kind == "InputError":
@@ -434,7 +437,7 @@ def _seconds(value) -> float:
 
 def _raised(error, extracted) -> str:
     text = _error_text(error, extracted)
-    if text.startswith("called sys.exit") or text.startswith("ran out of memory"):
+    if text.startswith(("called sys.exit", "ran out of memory", "is not implemented yet")):
         return text
     if isinstance(error, dict) and error.get("type") == "NameError" and "is not a function" in str(error.get("message")):
         return "is not a function in the submission"

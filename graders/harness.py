@@ -57,11 +57,18 @@ class Opaque:
 
 
 def _type_name(value) -> str:
+    """The qualified name of ``value``'s type, read through ``type``'s own descriptors so that a
+    hostile class or metaclass cannot run code here."""
     cls = type(value)
-    module = getattr(cls, "__module__", "") or ""
-    name = cls.__dict__.get("__qualname__", None) if isinstance(cls.__dict__, dict) else None
+    try:
+        name = type.__dict__["__qualname__"].__get__(cls, type)
+        module = type.__dict__["__module__"].__get__(cls, type)
+    except Exception:  # noqa: BLE001
+        return "object"
     if not isinstance(name, str):
         name = "object"
+    if not isinstance(module, str):
+        module = ""
     return name if module in ("builtins", "") else f"{module}.{name}"
 
 

@@ -1,0 +1,245 @@
+"""``make release``: the learner's copy of the course, what a course hands out.
+
+``_build/release/`` gets:
+
+- ``book/``: the built site (``_build/html``), when it has been built (``make book``).  The
+  release does not build it (executing every chapter takes minutes and the whole toolchain); when
+  it is missing, the release says so, and its README too.  Pages or sources under a
+  ``solutions`` folder are left out of the copy.
+- ``exercises/``: the exercise notebooks, outputs cleared.  The release stops with an error when
+  an exercise's answer cell is the same as the reference answer's (a solution leaked into the
+  exercise), and warns when a starter cell does not raise ``NotImplementedError``.
+- ``public_checks/``: the checks the exercise notebooks run, and any course package the
+  exercises or the checks import (``kvcache``...), so the notebooks run as they are.
+- ``README.md``, ``pyproject.toml`` (``pip install -e .`` makes ``public_checks`` importable from
+  any notebook), ``MANIFEST.txt`` (every file with its SHA-256).
+
+Never ``solutions/``, never ``graders/`` (the hidden tests and the grader).  The copy is
+checked after it is made: no such folder, and no file identical to one of them, or the release
+fails.  It is built in a temporary folder next to the target and moved into place, so an
+interrupted release never leaves a half copy behind.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["ReleaseError", "make_release"]
+
+MARKER = ".kvcourse-release"
+NEVER = ("solutions", "graders")          # folders never shipped
+SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".hypothesis"}
+
+
+class ReleaseError(RuntimeError):
+    pass
+
+
+def course_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _code_cells(nb: dict):
+    for cell in nb.get("cells", []):
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            src = cell.get("source", "")
+            yield cell, ("".join(src) if isinstance(src, list) else str(src))
+
+
+def _answer_cells(nb: dict) -> list[str]:
+    return [src for cell, src in _code_cells(nb)
+            if "answer" in (cell.get("metadata", {}) or {}).get("tags", [])]
+
+
+def _imports(source: str) -> set[str]:
+    try:
+        tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    def ignore(folder, names):
+        return [n for n in names if n in SKIP_PARTS or n in NEVER or n.endswith((".pyc", ".pyo"))]
+    shutil.copytree(src, dst, ignore=ignore)
+
+
+def make_release(out: Path, root: Path | None = None) -> list[str]:
+    """Make the learner's copy in ``out``; returns the report's lines."""
+    root = (root or course_root()).resolve()
+    out = Path(out)
+    if not out.is_absolute():
+        out = (Path.cwd() / out)
+    out = out.resolve()
+    if out == root or out in root.parents or any(out == root / d or (root / d) in out.parents
+                                                  for d in ("exercises", "solutions", "graders", "book",
+                                                            "public_checks", "kvcache", "ga2", "tests")):
+        raise ReleaseError(f"refusing to write the release into {out}: it overlaps the course's sources")
+    if out.exists() and not (out / MARKER).exists() and any(out.iterdir()):
+        raise ReleaseError(f"{out} exists and is not a release made by this command: remove it first")
+    if not (root / "exercises").is_dir():
+        raise ReleaseError(f"{root} has no exercises/ folder: is it the course checkout?")
+
+    report: list[str] = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        needed = _copy_exercises(root, tmp, report)
+        _copy_packages(root, tmp, needed, report)
+        _copy_book(root, tmp, report)
+        _write_readme(tmp, report)
+        _verify(root, tmp)
+        _write_manifest(tmp)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    report.append(f"release written to {out} (no solutions/, no graders/)")
+    return report
+
+
+def _copy_exercises(root: Path, tmp: Path, report: list[str]) -> set[str]:
+    """Copy the exercise notebooks, outputs cleared; the course packages they import."""
+    notebooks = sorted((root / "exercises").glob("*.ipynb"))
+    (tmp / "exercises").mkdir()
+    imports: set[str] = set()
+    for path in notebooks:
+        try:
+            nb = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as err:
+            raise ReleaseError(f"{path} is not valid JSON: {err}") from None
+        answers = _answer_cells(nb)
+        solution = root / "solutions" / path.name
+        if solution.exists():
+            try:
+                reference = _answer_cells(json.loads(solution.read_text(encoding="utf-8")))
+            except ValueError:
+                reference = []
+            for src in answers:
+                if src.strip() and any(src.strip() == ref.strip() for ref in reference):
+                    raise ReleaseError(f"exercises/{path.name}: its answer cell is the reference answer of "
+                                       f"solutions/{path.name}; refusing to release a solution")
+        if answers and not any("NotImplementedError" in src for src in answers):
+            report.append(f"warning: exercises/{path.name}: the answer cell does not raise NotImplementedError")
+        for cell, src in _code_cells(nb):
+            cell["outputs"] = []
+            cell["execution_count"] = None
+            imports |= _imports(src)
+        (tmp / "exercises" / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n",
+                                                   encoding="utf-8")
+    for other in sorted((root / "exercises").iterdir()):       # data files the notebooks read
+        if other.suffix != ".ipynb" and other.name not in SKIP_PARTS and not other.name.startswith("."):
+            if other.is_dir():
+                _copy_tree(other, tmp / "exercises" / other.name)
+            else:
+                shutil.copy2(other, tmp / "exercises" / other.name)
+    report.append(f"exercises: {len(notebooks)} notebooks" + ("" if notebooks else " (none yet)"))
+    return imports
+
+
+def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) -> None:
+    packages = ["public_checks"]
+    queue = set(imports)
+    for src in (root / "public_checks").glob("*.py"):
+        queue |= _imports(src.read_text(encoding="utf-8"))
+    seen = set()
+    while queue:                        # course packages imported, and what those import
+        name = queue.pop()
+        if name in seen or name in NEVER or not (root / name / "__init__.py").exists():
+            continue
+        seen.add(name)
+        if name not in packages:
+            packages.append(name)
+        for src in (root / name).glob("*.py"):
+            queue |= _imports(src.read_text(encoding="utf-8"))
+    for name in packages:
+        _copy_tree(root / name, tmp / name)
+    report.append(f"packages: {', '.join(packages)}")
+    (tmp / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "kv-cache-course-learner"\nversion = "0.1.0"\nrequires-python = ">=3.10"\n'
+        'dependencies = ["numpy>=1.26", "matplotlib>=3.8", "jupyterlab>=4.2", "ipywidgets>=8.1"]\n\n'
+        f'[tool.setuptools]\npackages = {json.dumps(sorted(set(packages)))}\n', encoding="utf-8")
+
+
+def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
+    site = root / "_build" / "html"
+    if not (site / "index.html").exists():
+        report.append("book: the site is not built (no _build/html/index.html): run 'make book', then "
+                      "'make release' again to include it")
+        (tmp / "BOOK-NOT-INCLUDED.txt").write_text(
+            "The course site was not built when this release was made.\n"
+            "Run 'make book' in the course checkout, then 'make release' again.\n", encoding="utf-8")
+        return
+
+    def ignore(folder, names):
+        return [n for n in names if n in NEVER or n in SKIP_PARTS or n.startswith("solutions")]
+    shutil.copytree(site, tmp / "book", ignore=ignore)
+    count = sum(1 for _ in (tmp / "book").rglob("*.html"))
+    report.append(f"book: the built site, {count} pages (open book/index.html)")
+
+
+def _write_readme(tmp: Path, report: list[str]) -> None:
+    book = "book/index.html" if (tmp / "book").exists() else "(not included: see BOOK-NOT-INCLUDED.txt)"
+    (tmp / "README.md").write_text(f"""# The KV cache course: the learner's copy
+
+- The course: {book}
+- The exercises: `exercises/*.ipynb`
+
+Set up once, in this folder:
+
+```sh
+python3 -m venv .venv && .venv/bin/pip install -e .
+.venv/bin/jupyter lab exercises
+```
+
+Each exercise notebook has a statement, a starter cell to fill in, and public checks you run in
+place ("public tests passed; hidden tests run at grading").  Hand in the notebook as it is:
+the grade comes from hidden tests your course runs on it.
+""", encoding="utf-8")
+    (tmp / MARKER).write_text("made by python -m graders release\n", encoding="utf-8")
+
+
+def _verify(root: Path, tmp: Path) -> None:
+    """No solutions/ or graders/ anywhere, and no file identical to one of theirs."""
+    secret = set()
+    for folder in NEVER:
+        base = root / folder
+        if base.is_dir():
+            secret |= {_sha(p) for p in base.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                       and p.stat().st_size > 64}
+    for path in tmp.rglob("*"):
+        rel = path.relative_to(tmp)
+        if any(part in NEVER for part in rel.parts):
+            raise ReleaseError(f"the release would contain {rel}: refusing")
+        if path.is_file() and path.stat().st_size > 64 and _sha(path) in secret:
+            raise ReleaseError(f"the release would contain {rel}, a copy of a file of solutions/ or graders/")
+
+
+def _write_manifest(tmp: Path) -> None:
+    lines = [f"{_sha(p)}  {p.relative_to(tmp)}" for p in sorted(tmp.rglob("*"))
+             if p.is_file() and p.name != "MANIFEST.txt"]
+    (tmp / "MANIFEST.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
