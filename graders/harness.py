@@ -38,7 +38,7 @@ import traceback
 
 MAX_DEPTH = 16
 MAX_ITEMS = 100_000          # containers' items, in total, per encoded value
-MAX_ARRAY_BYTES = 32 << 20   # per array
+MAX_ARRAY_BYTES = 8 << 20    # per array (the exercises' arrays are tiny)
 MAX_TEXT = 2_000             # characters of a string kept
 
 

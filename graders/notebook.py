@@ -31,6 +31,10 @@ __all__ = ["Unreadable", "Extracted", "extract", "extract_file", "infer_exercise
 DROPPED_IMPORTS = {"public_checks"}
 # Cell magics whose body is Python: the magic line goes, the body stays.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
+# Builtins a constant may be computed with (N = int(1e6), SIZES = tuple(range(4))).
+SAFE_BUILTINS = {"int", "float", "complex", "bool", "str", "bytes", "tuple", "list", "dict", "set",
+                 "frozenset", "range", "len", "abs", "min", "max", "round", "sum", "pow", "sorted",
+                 "reversed", "enumerate", "zip", "divmod"}
 _LINE_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.\[\], ]+=\s*[%!])")
 _HELP_LINE = re.compile(r"^\s*\??[\w.]+\?\??\s*$")
 
@@ -205,13 +209,14 @@ def _root_name(expr) -> str | None:
 
 def _simple_value(value, modules: set[str]) -> bool:
     """True for a value worth keeping at top level: no calls except of imported modules'
-    functions (``np.sqrt(2)``, ``functools.partial(...)``)."""
+    functions (``np.sqrt(2)``, ``functools.partial(...)``) and a few builtins (``int(1e6)``)."""
     for node in ast.walk(value):
         if isinstance(node, (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)):
             return False
         if isinstance(node, ast.Call):
             root = _root_name(node.func)
-            if root is None or (root not in modules):
+            if root is None or (root not in modules and not
+                                (isinstance(node.func, ast.Name) and root in SAFE_BUILTINS)):
                 return False
     return True
 

@@ -48,6 +48,7 @@ __all__ = ["Limits", "Run", "Sandbox", "HARNESS", "bwrap_status", "kill_all"]
 
 HARNESS = Path(__file__).resolve().parent / "harness.py"
 GRACE = 1.0           # seconds the grader waits beyond the harness's own timer before killing
+MAX_LINE = 24 << 20   # the longest message line read from the channel
 
 
 @dataclass
@@ -304,7 +305,7 @@ class Sandbox:
         sel.register(read_fd, selectors.EVENT_READ, "channel")
         sel.register(proc.stdout, selectors.EVENT_READ, "output")
         open_streams = 2
-        pending = b""
+        pending = bytearray()
         channel_total = 0
         output = bytearray()
         phase_deadline = start + limits.import_seconds + GRACE
@@ -355,8 +356,14 @@ class Sandbox:
                 if channel_total > limits.channel_bytes:
                     run.killed = "channel_overflow"
                     break
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
+                if b"\n" not in chunk:
+                    pending += chunk
+                    if len(pending) > MAX_LINE:      # no message is that long: junk
+                        pending, run.channel_junk = bytearray(), run.channel_junk + 1
+                    continue
+                *lines, rest = chunk.split(b"\n")
+                lines[0] = bytes(pending) + lines[0]
+                pending = bytearray(rest)
                 for line in lines:
                     message = _parse(line)
                     if message is None:
@@ -402,7 +409,7 @@ class Sandbox:
 
 
 def _parse(line: bytes):
-    if not line or len(line) > (48 << 20):
+    if not line or len(line) > MAX_LINE:
         return None
     try:
         message = json.loads(line)
