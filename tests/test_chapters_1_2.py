@@ -9,6 +9,7 @@ import ast
 import contextlib
 import io
 import math
+import os
 import re
 from pathlib import Path
 
@@ -39,9 +40,15 @@ STEP3_OUT_ROUNDED = [0.75, 1.50]
 
 
 def execute(path):
+    """Run a notebook in book/chapters, as the site build does.
+
+    MPLBACKEND is left out of the kernel's environment (the Makefile exports Agg, with
+    which plt.show() would draw nothing); the kernel then uses the inline backend.
+    """
     nb = nbformat.read(path, as_version=4)
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+                   resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
     return nb
 
 
