@@ -101,6 +101,10 @@ def svg_bar(result: dict, width: int = 640, height: int = 70) -> str:
         parts.append(f'<text x="{lx + 16}" y="{y + h + 22}" font-size="12" font-family="sans-serif">'
                      f'{html.escape(text)}</text>')
         lx += 30 + 7 * len(text)
+    if not result["weights_fit"]:
+        parts.append(f'<line x1="{lx}" y1="{y + h + 10}" x2="{lx}" y2="{y + h + 25}" stroke="black" stroke-width="2"/>')
+        parts.append(f'<text x="{lx + 6}" y="{y + h + 22}" font-size="12" font-family="sans-serif">'
+                     f'end of the GPU\'s memory: the weights do not fit</text>')
     parts.append("</svg>")
     return "".join(parts)
 
