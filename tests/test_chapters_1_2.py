@@ -181,6 +181,7 @@ def test_ch2_measurement_is_reported(ch2):
         assert isinstance(g[key], float) and g[key] > 0, key
     assert g["ch2_ratio_max"] == pytest.approx(g["ch2_recompute_us_max"] / g["ch2_cached_us_max"])
     assert 0 < g["ch2_copy_share"] <= 100
+    assert g["ch2_ratio_max"] <= g["ch2_ratio_peak"] and g["ch2_ratio_peak_t"] in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
     for key in ("ch2_expo_c", "ch2_expo_r"):
         assert g[key] == pytest.approx(math.log(g[key.replace("expo", "grow")]) / math.log(8))
     words = {"close to linear", "between linear and quadratic", "close to quadratic", "faster than quadratic"}
