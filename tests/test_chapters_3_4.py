@@ -66,7 +66,7 @@ EXACT_CH4 = {"ch4_opb_t4": "216.7", "ch4_opb_a100": "153.0", "ch4_ai": "62.42",
              "ch4_a100_ridge_batch": "153", "ch4_a10_max_batch": "4", "ch4_a100_max_batch": "30",
              "ch4_a10_b1_ms": "26.9", "ch4_a10_bmax_ms": "37.6", "ch4_a10_b1_tps": "37",
              "ch4_a10_bmax_tps": "106", "ch4_a10_cache_share": "38%", "ch4_q1_opb": "295.5", "ch4_q3_ms": "43.3"}
-MEASURED_CH4 = ["ch4_copy_gbs", "ch4_step_gbs", "ch4_ratio", "ch4_inside_gbs", "ch4_largest_ms", "ch4_cpu_7b_tpt"]
+MEASURED_CH4 = ["ch4_copy_gbs", "ch4_time_growth", "ch4_step_gbs", "ch4_ratio", "ch4_inside_gbs", "ch4_largest_ms", "ch4_cpu_7b_tpt"]
 EXACT_APPX = {"appx_vocab_size": "10", "appx_d_model": "16", "appx_n_heads": "2", "appx_head_dim": "8",
               "appx_n_layers": "2", "appx_cache_values": "64", "appx_attend_calls": "4",
               "appx_pe_min": "-1.00", "appx_pe_max": "1.00", "appx_ln_std": "1.000",
