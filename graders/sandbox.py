@@ -162,7 +162,8 @@ def _bwrap_prefix(uid, tmpfs_bytes, job_dir, public_checks) -> list[str]:
     roots = _python_roots()
     # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
     parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) != "/"}
-                     | {"/sandbox", "/sandbox/lib"}, key=lambda q: q.count("/"))
+                     | {"/sandbox"} | ({"/sandbox/lib"} if public_checks is not None else set()),
+                     key=lambda q: q.count("/"))
     for folder in parents:
         args += ["--perms", "0755", "--dir", folder]
     for root in roots:
@@ -195,23 +196,61 @@ def _environment(home: str) -> dict[str, str]:
             "NUMEXPR_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 
 
-def _sweep_uid(uid: int) -> None:
-    """Kill every process of user ``uid`` (the sandbox's own user: nobody else has it)."""
+def _world_usable() -> bool:
+    """Whether any user can run the interpreter and read the packages and the harness (every
+    folder on the way searchable by others, the files readable by others)."""
+    import stat
+    paths = [os.path.realpath(sys.executable), str(HARNESS)] + site_dirs()
+    for path in paths:
+        p = Path(path)
+        for folder in [p] + list(p.parents):
+            try:
+                mode = folder.stat().st_mode
+            except OSError:
+                return False
+            if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+                return False
+            if stat.S_ISREG(mode) and not mode & stat.S_IROTH:
+                return False
+    return True
+
+
+def _sweep(uid: int | None = None, token: str | None = None, session: int | None = None) -> None:
+    """Kill every process of user ``uid`` (the sandbox's own user: nobody else has it), or whose
+    environment carries ``token``, or that is still in ``session`` (the fallback without a user
+    of its own: children that started a new session keep the token unless they drop their
+    environment, which is why the fallback says it is weaker)."""
+    needle = f"KVGRADER_RUN={token}".encode() if token else None
+    me = os.getpid()
     for _ in range(5):
         found = False
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
+            if not entry.name.isdigit() or int(entry.name) == me:
                 continue
+            pid = int(entry.name)
+            hit = False
             try:
-                with open(f"/proc/{entry.name}/status") as f:
-                    for line in f:
-                        if line.startswith("Uid:"):
-                            if int(line.split()[1]) == uid:
-                                found = True
-                                os.kill(int(entry.name), signal.SIGKILL)
-                            break
-            except (OSError, ValueError):
+                if uid is not None:
+                    with open(f"/proc/{pid}/status") as f:
+                        for line in f:
+                            if line.startswith("Uid:"):
+                                hit = int(line.split()[1]) == uid
+                                break
+                if not hit and session is not None:
+                    with open(f"/proc/{pid}/stat", "rb") as f:
+                        fields = f.read().rsplit(b")", 1)[1].split()
+                    hit = int(fields[3]) == session          # the session id
+                if not hit and needle is not None:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        hit = needle in f.read().split(b"\0")
+            except (OSError, ValueError, IndexError):
                 continue
+            if hit:
+                found = True
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
         if not found:
             return
         time.sleep(0.01)
@@ -230,6 +269,9 @@ class Sandbox:
         self.mode = "bwrap" if ok else "subprocess"
         self.why = why
         self.root = os.geteuid() == 0
+        # The sandbox gets a user id of its own when the grader is root; in the fallback only if
+        # that user can reach the interpreter and the packages (bubblewrap binds them for it).
+        self.own_user = self.root and (self.mode == "bwrap" or _world_usable())
 
     @property
     def description(self) -> str:
@@ -237,14 +279,15 @@ class Sandbox:
             who = "its own user id, no capabilities" if self.root else "a user namespace"
             return ("bubblewrap: no network, own PID namespace, read-only system and Python, private "
                     f"/tmp and scratch, course checkout invisible, {who}")
-        who = "its own user id (root grader)" if self.root else "the grader's user"
+        who = "its own user id" if self.own_user else "the grader's own user (it could signal the grader)"
         return (f"subprocess fallback ({self.why}): resource limits, process-group kill, {who}; "
                 "the submission can read the grader's files and reach the network")
 
     def run(self, job_dir: Path, limits: Limits, test_seconds: dict[str, float], *,
             only: list[str] | None = None, public: str | None = None,
             public_checks: Path | None = None) -> Run:
-        uid = 100_000 + secrets.randbelow(1_000_000_000) if self.root else None
+        uid = 100_000 + secrets.randbelow(1_000_000_000) if self.own_user else None
+        token = None
         run = Run(isolation=self.mode)
         read_fd, write_fd = os.pipe()
         scratch = None
@@ -263,7 +306,8 @@ class Sandbox:
                     os.chown(scratch, uid, uid)
                 cmd = [sys.executable, "-I", "-S", "-B", str(HARNESS), str(job_dir)]
                 lib_arg = str(Path(public_checks).parent) if public_checks is not None else ""
-                kwargs = {"env": _environment(scratch), "cwd": scratch}
+                token = secrets.token_hex(8)
+                kwargs = {"env": {**_environment(scratch), "KVGRADER_RUN": token}, "cwd": scratch}
                 if uid is not None:
                     kwargs.update(user=uid, group=uid, extra_groups=[])
             cmd += ["--channel-fd", str(inner_fd), "--site", os.pathsep.join(site_dirs())]
@@ -284,7 +328,7 @@ class Sandbox:
             try:
                 self._watch(proc, read_fd, run, limits, test_seconds, start)
             finally:
-                run.returncode = self._kill(proc, uid)
+                run.returncode = self._kill(proc, uid, token)
                 with _live_lock:
                     _live.discard(proc)
             run.elapsed = time.monotonic() - start
@@ -304,6 +348,14 @@ class Sandbox:
         os.set_blocking(proc.stdout.fileno(), False)
         sel.register(read_fd, selectors.EVENT_READ, "channel")
         sel.register(proc.stdout, selectors.EVENT_READ, "output")
+        # Wake up when the process exits even if its pipes stay open (children holding them).
+        pidfd = None
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+            sel.register(pidfd, selectors.EVENT_READ, "exit")
+        except (AttributeError, OSError):
+            pass
+        tick = 3600.0 if pidfd is not None else 0.05
         open_streams = 2
         pending = bytearray()
         channel_total = 0
@@ -334,8 +386,11 @@ class Sandbox:
                 except subprocess.TimeoutExpired:
                     pass
                 continue
-            wait = min(deadline - now, 0.05 if exited_at else deadline - now)
+            wait = min(deadline - now, 0.05 if exited_at else tick)
             for key, _ in sel.select(timeout=max(0.0, wait)):
+                if key.data == "exit":
+                    sel.unregister(pidfd)
+                    continue
                 try:
                     chunk = os.read(key.fd, 1 << 16)
                 except BlockingIOError:
@@ -387,21 +442,23 @@ class Sandbox:
                         run.phase, run.running = "done", None
                         phase_deadline = overall
         sel.close()
+        if pidfd is not None:
+            os.close(pidfd)
         run.output = output.decode("utf-8", errors="replace")
 
-    def _kill(self, proc, uid) -> None:
+    def _kill(self, proc, uid, token) -> int:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        if uid is not None and self.mode == "subprocess":
-            _sweep_uid(uid)
+        if self.mode == "subprocess":
+            _sweep(uid=uid, token=token, session=proc.pid)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        if uid is not None and self.mode == "bwrap" and proc.returncode not in (0, None) and proc.returncode < 0:
-            _sweep_uid(uid)   # killed mid-run: make sure nothing of that user is left
+        if uid is not None and self.mode == "bwrap" and proc.returncode is not None and proc.returncode < 0:
+            _sweep(uid=uid)   # killed mid-run: make sure nothing of that user is left
         if proc.returncode is None:
             proc.returncode = -9
         proc.stdout.close()

@@ -1,0 +1,228 @@
+"""graders.sandbox: what a submission can see and do, asked from inside by probe functions.
+
+A probe is a function ``probe()`` run by the real harness in the real sandbox; what it returns
+comes back as data through the results channel.
+"""
+import json
+import os
+import socket
+import tempfile
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from graders.harness import decode
+from graders.sandbox import Limits, Sandbox
+
+from conftest import ROOT, needs_bwrap
+
+LIMITS = Limits(test_seconds=5.0, submission_seconds=20.0, import_seconds=10.0)
+
+
+def probe(source: str, isolation: str = "bwrap", limits: Limits = LIMITS, timeout: float = 5.0):
+    """Run ``probe()`` from ``source`` in a sandbox; (value or error dict, Run)."""
+    folder = Path(tempfile.mkdtemp(prefix="probe-"))
+    try:
+        (folder / "submission.py").write_text(textwrap.dedent(source))
+        (folder / "spec.json").write_text(json.dumps({
+            "limits": {"memory_bytes": limits.memory_bytes, "file_bytes": limits.tmpfs_bytes,
+                       "processes": limits.processes, "open_files": limits.open_files, "cpu_seconds": 60},
+            "import_timeout": limits.import_seconds,
+            "cases": [{"id": "p", "timeout": timeout, "calls": [{"fn": "probe", "args": []}]}]}))
+        folder.chmod(0o755)
+        for p in folder.iterdir():
+            p.chmod(0o644)
+        run = Sandbox(isolation).run(folder, limits, {"p": timeout})
+    finally:
+        for p in folder.iterdir():
+            p.unlink()
+        folder.rmdir()
+    result = next((m for m in run.messages if m.get("t") == "result"), None)
+    if result is None or not result["calls"]:
+        return None, run
+    call = result["calls"][0]
+    return (decode(call["value"]) if call.get("ok") else call["error"]), run
+
+
+@needs_bwrap
+def test_the_course_checkout_is_not_visible():
+    value, run = probe(f"""
+        import os
+        def probe():
+            root = {str(ROOT)!r}
+            return {{"root": os.listdir(root) if os.path.isdir(root) else None,
+                    "solutions": os.path.exists(os.path.join(root, "solutions")),
+                    "graders": os.path.exists(os.path.join(root, "graders")),
+                    "top": sorted(os.listdir("/")),
+                    "sandbox": sorted(os.listdir("/sandbox")),
+                    "inputs": sorted(os.listdir("/sandbox/in"))}}
+        """)
+    assert run.isolation == "bwrap"
+    assert value["solutions"] is False and value["graders"] is False
+    assert value["root"] in (None, [".venv"])        # at most the virtual environment's folder
+    assert "home" not in value["top"] and "sandbox" in value["top"] and "scratch" in value["top"]
+    assert value["sandbox"] == ["harness.py", "in"]
+    assert value["inputs"] == ["spec.json", "submission.py"]     # inputs only: no expected values
+
+
+@needs_bwrap
+def test_own_pid_namespace_own_user_and_no_capabilities():
+    value, _ = probe("""
+        import os
+        def probe():
+            status = open("/proc/self/status").read()
+            caps = [l.split()[1] for l in status.splitlines() if l.startswith(("CapEff", "CapPrm", "CapBnd"))]
+            return {"pid": os.getpid(), "uid": os.getuid(), "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+                    "caps": caps, "env": sorted(os.environ)}
+        """)
+    assert value["pid"] <= 3                       # PID 1 is bubblewrap's init, 2 the harness
+    assert all(p <= 3 for p in value["procs"])     # nothing of the host is visible
+    assert set(value["caps"]) == {"0000000000000000"}
+    if os.geteuid() == 0:
+        assert value["uid"] >= 100_000             # a user id of its own, not root
+    assert "PATH" in value["env"] and not any(k.startswith(("SSH", "AWS", "GIT", "PYTEST")) for k in value["env"])
+
+
+@needs_bwrap
+def test_no_network_not_even_the_hosts_loopback():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted = []
+
+    def accept():
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+    thread = threading.Thread(target=accept)
+    thread.start()
+    try:
+        value, _ = probe(f"""
+            import socket
+            def probe():
+                out = {{}}
+                for host in ("127.0.0.1", "10.0.0.1"):
+                    try:
+                        socket.create_connection((host, {port}), timeout=0.5).close()
+                        out[host] = "connected"
+                    except OSError as err:
+                        out[host] = type(err).__name__
+                return out
+            """)
+    finally:
+        thread.join()
+        server.close()
+    assert value["127.0.0.1"] != "connected" and value["10.0.0.1"] != "connected"
+    assert accepted == []
+
+
+@needs_bwrap
+def test_private_tmp_and_read_only_everything_else():
+    source = """
+        import os
+        def probe():
+            found = sorted(os.listdir("/tmp"))
+            open("/tmp/left-behind", "w").write("x")
+            open("left-in-scratch", "w").write("x")
+            denied = []
+            for path in ("/usr/bin/evil", "/sandbox/in/spec.json", "/sandbox/harness.py", "/evil"):
+                try:
+                    open(path, "w").write("x")
+                except OSError as err:
+                    denied.append(path)
+            return {"found": found, "cwd": os.getcwd(), "denied": denied}
+        """
+    first, _ = probe(source)
+    second, _ = probe(source)
+    assert first["found"] == [] and second["found"] == []        # nothing survives a sandbox
+    assert first["cwd"] == "/scratch"
+    assert len(first["denied"]) == 4
+    assert not Path("/tmp/left-behind").exists() or Path("/tmp/left-behind").read_text() != "x"
+
+
+@needs_bwrap
+def test_resource_limits_apply_inside():
+    value, _ = probe("""
+        import resource
+        def probe():
+            try:
+                big = bytearray(3 << 30)
+                got = "allocated 3 GiB"
+            except MemoryError:
+                got = "MemoryError"
+            return {"as": resource.getrlimit(resource.RLIMIT_AS)[0], "got": got,
+                    "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
+                    "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0]}
+        """, limits=Limits(memory_bytes=1 << 30, test_seconds=5, submission_seconds=20))
+    assert value["as"] == 1 << 30 and value["got"] == "MemoryError"
+    assert 0 < value["fsize"] <= 64 << 20
+    if os.geteuid() == 0:
+        assert value["nproc"] == 64
+
+
+def test_the_fallback_runs_and_says_it_is_weaker():
+    sandbox = Sandbox("subprocess")
+    assert sandbox.mode == "subprocess" and "fallback" in sandbox.description
+    assert "can read" in sandbox.description
+    value, run = probe("""
+        import os, resource
+        def probe():
+            return {"uid": os.getuid(), "as": resource.getrlimit(resource.RLIMIT_AS)[0], "sid": os.getsid(0) == os.getpid()}
+        """, isolation="subprocess", limits=Limits(memory_bytes=1 << 30))
+    assert run.isolation == "subprocess"
+    assert value["as"] == 1 << 30 and value["sid"] is True
+    if sandbox.own_user:
+        assert value["uid"] >= 100_000          # never root, never the grader's user
+    else:
+        assert "could signal the grader" in sandbox.description
+
+
+def test_the_fallback_kills_what_the_submission_started():
+    marker = f"fallback-linger-{os.getpid()}"
+    _, run = probe(f"""
+        import os, subprocess, time
+        def probe():
+            subprocess.Popen(["sleep", "777"], start_new_session=True)
+            if os.fork() == 0:
+                os.setsid()
+                os.execv("/bin/sh", ["sh", "-c", "exec -a {marker} sleep 778"])
+            time.sleep(0.2)
+            return 1
+        """, isolation="subprocess")
+    assert run.returncode == 0 or run.returncode is not None
+    # The sweep (by the sandbox's own user id, or its session and an environment token)
+    # catches children in new sessions too.
+    if True:
+        leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).startswith((marker, "sleep 777"))]
+        assert leftovers == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_output_is_capped_and_the_run_ends():
+    _, run = probe("""
+        import sys
+        def probe():
+            for _ in range(200):
+                sys.stdout.write("y" * 65536)
+            return 1
+        """, isolation="auto", limits=Limits(output_bytes=1000, test_seconds=5, submission_seconds=20))
+    assert len(run.output) <= 1000 and run.output_dropped > 0
+
+
+def test_explicit_bwrap_request_fails_clearly_when_impossible(monkeypatch):
+    import graders.sandbox as sb
+    monkeypatch.setattr(sb, "bwrap_status", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    with pytest.raises(RuntimeError, match="not installed"):
+        Sandbox("bwrap")
+    assert Sandbox("auto").mode == "subprocess"
