@@ -229,15 +229,19 @@ def _recompute_head(L: int, P: dict) -> list:
     return prog
 
 
-def program(L: int, variant: str, params: dict) -> list:
+def program(L: int, variant: str, params: dict, beyond_plan: bool = False) -> list:
     """The decode step at context length L (the new token is token L-1) as a GA-2 program.
 
     ``variant`` is ``"cached"`` or ``"recompute"``; ``params`` is ``rq_params(example)``.
-    The builder does not limit L: past MAX_TOKENS the cycle model still prices the program,
-    and the machine refuses to run it (its addresses leave the plan).
+    The memory plan holds MAX_TOKENS (32) tokens: past that, the regions overlap and the
+    program would compute garbage, so it is refused unless ``beyond_plan`` asks for a
+    program only to be priced by the cycle model (which does not mind the length).
     """
     if L < 1:
         raise ValueError("a decode step needs at least one token")
+    if L > MAX_TOKENS and not beyond_plan:
+        raise ValueError(f"the memory plan holds {MAX_TOKENS} tokens, not {L}; pass beyond_plan=True "
+                         f"to price a longer step with the cycle model (it cannot run correctly)")
     if variant == "cached":
         head = _cached_head(L, params)
     elif variant == "recompute":
@@ -357,15 +361,18 @@ def default_params() -> dict:
 
 
 def cycle_table(Ls=(2, 4, 8, 16, 32), params=None) -> list[CycleRow]:
-    """The counters of both programs at each L (from the cycle model: they do not depend on data)."""
+    """The counters of both programs at each L (from the cycle model: they do not depend on data).
+
+    L may exceed the plan's 32 tokens: the step is then priced, not runnable.
+    """
     P = default_params() if params is None else params
-    return [CycleRow(L, v, cycle_counts(program(L, v, P))) for L in Ls for v in VARIANTS]
+    return [CycleRow(L, v, cycle_counts(program(L, v, P, beyond_plan=True))) for L in Ls for v in VARIANTS]
 
 
 def generation_cost(n: int = 32, params=None) -> dict[str, list[int]]:
-    """Total cycles of one step at each context length t = 1..n, per variant."""
+    """Total cycles of one step at each context length t = 1..n, per variant (n may exceed 32)."""
     P = default_params() if params is None else params
-    return {v: [cycle_counts(program(t, v, P)).total for t in range(1, n + 1)] for v in VARIANTS}
+    return {v: [cycle_counts(program(t, v, P, beyond_plan=True)).total for t in range(1, n + 1)] for v in VARIANTS}
 
 
 def cycle_breakdown(prog) -> list[tuple[str, int, int]]:
