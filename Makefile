@@ -10,7 +10,6 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: help venv system-deps vendor book serve lab test test-fast bench release clean
@@ -45,8 +44,8 @@ vendor: venv
 	$(BOOK_ENV) $(PY) tools/vendor_assets.py
 
 # Every notebook is executed on every build (--all: no page is reused from an earlier build), into
-# a fresh _build/html.  MPLBACKEND is unset for the build so the kernel draws figures inline
-# (with MPLBACKEND=Agg exported above, plt.show() would put no figure on the page).
+# a fresh _build/html.  MPLBACKEND is unset so the kernel draws figures inline even when the
+# caller's environment sets a non-interactive backend.
 book: venv vendor
 	rm -rf _build/html
 	env -u MPLBACKEND $(BOOK_ENV) $(VENV)/bin/jupyter-book build . --all --path-output . \
