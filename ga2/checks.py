@@ -137,19 +137,20 @@ def _guarded(check: str, where: str, contain: bool, fn, *args):
 
 
 def findings(builder, seeds=DEFAULT_SEEDS, Ls=DEFAULT_LS, bound=None, exact=False, stagewise=False,
-             contain_crashes=False) -> tuple[float, list[Finding]]:
+             contain_crashes=False, machine=None) -> tuple[float, list[Finding]]:
     """Run the decode loops of ``builder`` once and apply the chosen checks to that run.
 
     Returns the worst last-step error and the findings, each tagged with its check.  With
     ``contain_crashes`` a crash inside check (c) or (d) becomes a finding of that check
-    (a crash of the builder itself still propagates: it breaks every check).
+    (a crash of the builder itself still propagates: it breaks every check).  ``machine``
+    replaces the simulator class (the benchmark runs a naive one).
     """
     worst, found = 0.0, []
     for L in Ls:
         for seed in seeds:
             example = builder.make_example(L, 100 * L + seed)
             where = f"L={L} seed={seed}"
-            steps = builder.sequence(example)
+            steps = builder.sequence(example) if machine is None else builder.sequence(example, machine=machine)
             for step in steps:
                 at = f"{where} step {step.t}"
                 if step.cached.output != step.recompute.output:

@@ -175,15 +175,18 @@ def load_mutant(mutant: Mutant):
 
 # ---------------------------------------------------------------- judging a mutant
 def evaluate(mutant: Mutant, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, bound: float = BOUND,
-             equivalent: bool | None = None) -> MutantResult:
-    """Run the mutated builder's decode loops once and apply checks (b), (c), (d) to the run."""
+             equivalent: bool | None = None, machine=None) -> MutantResult:
+    """Run the mutated builder's decode loops once and apply checks (b), (c), (d) to the run.
+
+    ``machine`` replaces the simulator class (default: ``ga2.machine.Machine``).
+    """
     equivalent = mutant in EQUIVALENT if equivalent is None else equivalent
     start = time.perf_counter()
     result = MutantResult(mutant.label, equivalent)
     try:
         builder = load_mutant(mutant)
         _, found = checks.findings(builder, seeds, Ls, bound=bound, exact=True, stagewise=True,
-                                   contain_crashes=True)
+                                   contain_crashes=True, machine=machine)
     except BadAnchor:
         raise
     except Exception as err:  # noqa: BLE001 - the mutated builder crashed: every check notices
@@ -199,10 +202,10 @@ def evaluate(mutant: Mutant, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, b
     return result
 
 
-def _worker(conn, mutant, seeds, Ls, bound, equivalent):
+def _worker(conn, mutant, seeds, Ls, bound, equivalent, machine):
     """Process entry: evaluate one mutant and send the result back."""
     try:
-        conn.send(evaluate(mutant, seeds, Ls, bound, equivalent))
+        conn.send(evaluate(mutant, seeds, Ls, bound, equivalent, machine))
     finally:
         conn.close()
 
@@ -213,12 +216,13 @@ def _context():
 
 
 def mutation_table(mutants=None, workers: int = 2, timeout: float = 300.0, seeds=checks.DEFAULT_SEEDS,
-                   Ls=checks.DEFAULT_LS, bound: float = BOUND) -> list[MutantResult]:
+                   Ls=checks.DEFAULT_LS, bound: float = BOUND, machine=None) -> list[MutantResult]:
     """Evaluate every mutant (default: the 23 and the 2 equivalent changes), ``workers`` at a time.
 
     Every anchor is checked before anything runs (``BadAnchor``).  Each mutant runs in its own
     process; one that does not answer within ``timeout`` seconds is killed and counts as caught.
     ``workers=0`` evaluates in this process, one after another, without a time-out.
+    ``machine`` replaces the simulator class (it must be importable by the workers).
     """
     mutants = tuple(MUTANTS + EQUIVALENT if mutants is None else mutants)
     source = builder_source()
@@ -226,7 +230,7 @@ def mutation_table(mutants=None, workers: int = 2, timeout: float = 300.0, seeds
         mutate(mutant, source)  # raises BadAnchor before any work is done
     seeds, Ls = tuple(seeds), tuple(Ls)
     if workers <= 0:
-        return [evaluate(m, seeds, Ls, bound) for m in mutants]
+        return [evaluate(m, seeds, Ls, bound, machine=machine) for m in mutants]
 
     ctx = _context()
     results: list[MutantResult | None] = [None] * len(mutants)
@@ -236,8 +240,8 @@ def mutation_table(mutants=None, workers: int = 2, timeout: float = 300.0, seeds
         while pending and len(running) < workers:
             index, mutant = pending.pop(0)
             receiver, sender = ctx.Pipe(duplex=False)
-            process = ctx.Process(target=_worker, args=(sender, mutant, seeds, Ls, bound, mutant in EQUIVALENT),
-                                  daemon=True)
+            args = (sender, mutant, seeds, Ls, bound, mutant in EQUIVALENT, machine)
+            process = ctx.Process(target=_worker, args=args, daemon=True)
             process.start()
             sender.close()  # the child holds the only sending end: EOF when it dies
             running[receiver] = (index, process, time.monotonic())
