@@ -73,8 +73,7 @@ def job_files(exercise: str, limits: Limits) -> tuple[bytes, bytes]:
                                  "capture_args": c.capture_args} for c in test.calls]})
     spec = {"limits": {"memory_bytes": limits.memory_bytes,
                        "cpu_seconds": int(limits.submission_seconds + limits.import_seconds) + 2,
-                       "file_bytes": limits.tmpfs_bytes, "open_files": limits.open_files,
-                       "processes": limits.processes},
+                       "file_bytes": limits.tmpfs_bytes, "open_files": limits.open_files},
             "import_timeout": limits.import_seconds,
             "submission_timeout": limits.submission_seconds,
             "cases": cases}
@@ -277,12 +276,15 @@ def _run_tests(sandbox: Sandbox, extracted: Extracted, name: str, runnable, limi
                               only=None if not runs else remaining)
             runs.append(run)
             imported = None
-            for message in run.messages:
+            current = None          # a result counts only for the test that was started last,
+            for message in run.messages:   # and the last one wins (the harness writes it last)
                 kind = message.get("t")
                 if kind == "import" and imported is None:
                     imported = message
-                elif kind == "result" and message.get("id") in remaining and message["id"] not in outcomes:
-                    outcomes[message["id"]] = ("result", message)
+                elif kind == "start":
+                    current = message.get("id")
+                elif kind == "result" and message.get("id") == current and current in remaining:
+                    outcomes[current] = ("result", message)
             if imported is None or not imported.get("ok"):
                 import_error = _import_problem(imported, run, extracted, limits)
                 for tid in remaining:
@@ -327,6 +329,8 @@ def _exit_text(code) -> str:
     import signal as _signal
     if code is None:
         return "no exit status"
+    if 128 < code < 128 + 65:           # bubblewrap reports a signal's death as 128 + signal
+        code = 128 - code
     if code < 0:
         try:
             name = _signal.Signals(-code).name
@@ -477,8 +481,7 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
         (folder / "submission.py").write_text(extracted.source, encoding="utf-8")
         (folder / "spec.json").write_text(json.dumps({
             "limits": {"memory_bytes": limits.memory_bytes, "file_bytes": limits.tmpfs_bytes,
-                       "open_files": limits.open_files, "processes": limits.processes,
-                       "cpu_seconds": int(limits.submission_seconds) + 2},
+                       "open_files": limits.open_files, "cpu_seconds": int(limits.submission_seconds) + 2},
             "import_timeout": limits.import_seconds, "submission_timeout": limits.submission_seconds,
             "cases": []}))
         folder.chmod(0o755)

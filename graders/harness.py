@@ -361,7 +361,7 @@ def main(argv: list[str]) -> None:
         pass
     with open(os.path.join(in_dir, "spec.json")) as f:
         spec = json.load(f)
-    _apply_limits(spec.get("limits", {}))
+    _apply_limits({**spec.get("limits", {}), "processes": int(opts.get("--nproc", 0))})
     # -S: no site module, so no .pth file runs; the packages' folders are given explicitly.
     sys.path[:0] = [p for p in opts.get("--site", "").split(os.pathsep) if p]
     if opts.get("--lib"):

@@ -311,6 +311,8 @@ class Sandbox:
                 if uid is not None:
                     kwargs.update(user=uid, group=uid, extra_groups=[])
             cmd += ["--channel-fd", str(inner_fd), "--site", os.pathsep.join(site_dirs())]
+            if uid is not None:     # RLIMIT_NPROC counts a user's processes: only with a user of its own
+                cmd += ["--nproc", str(limits.processes)]
             if lib_arg:
                 cmd += ["--lib", lib_arg]
             if only:
@@ -432,7 +434,7 @@ class Sandbox:
                     elif kind == "import":
                         run.phase = "between"
                         phase_deadline = overall
-                    elif kind == "start" and message.get("id") in test_seconds:
+                    elif kind == "start" and message.get("id") in test_seconds and run.phase != "startup":
                         run.phase, run.running = "test", message["id"]
                         phase_deadline = now + test_seconds[message["id"]] + GRACE
                     elif kind == "result" and message.get("id") == run.running:

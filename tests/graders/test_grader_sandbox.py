@@ -204,6 +204,8 @@ def test_the_fallback_kills_what_the_submission_started():
 
 def _cmdline(pid: str) -> str:
     try:
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
+            return ""           # killed, waiting to be reaped by init: gone
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
