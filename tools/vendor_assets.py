@@ -66,8 +66,12 @@ COPIES: list[tuple[str, str, str]] = [
     ("mathjax", "es5/output/chtml/fonts/woff-v2/", "mathjax/output/chtml/fonts/woff-v2/"),
     ("mathjax", "es5/input/tex/extensions/", "mathjax/input/tex/extensions/"),
     # loaded only when a reader switches on an accessibility option in MathJax's menu
+    # (the explorer loads the MathML input jax and the speech-rule engine with its maps)
     ("mathjax", "es5/a11y/", "mathjax/a11y/"),
     ("mathjax", "es5/sre/", "mathjax/sre/"),
+    ("mathjax", "es5/input/mml.js", "mathjax/input/mml.js"),
+    ("mathjax", "es5/input/mml/", "mathjax/input/mml/"),
+    ("mathjax", "es5/ui/", "mathjax/ui/"),
     ("mathjax", "LICENSE", "mathjax/LICENSE"),
     ("requirejs", "require.js", "requirejs/require.js"),  # its MIT notice is in the file header
     ("@jupyter-widgets/html-manager", "dist/embed-amd.js", "jupyter-widgets/embed-amd.js"),
