@@ -8,6 +8,7 @@ finite only: no assertion on a speed.
 import ast
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -79,9 +80,12 @@ EXACT_APPX = {"appx_vocab_size": "10", "appx_d_model": "16", "appx_n_heads": "2"
 
 
 def execute(path):
+    """Run a notebook in book/chapters, as the site build does: without MPLBACKEND in the
+    kernel's environment (with Agg, plt.show() would draw nothing), so figures are inline."""
     nb = nbformat.read(path, as_version=4)
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+                   resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
     return nb
 
 
