@@ -6,7 +6,6 @@ here as constants.  Measured values (Chapter 4's bandwidths) are checked for bei
 finite only: no assertion on a speed.
 """
 import ast
-import json
 import math
 import os
 import re
