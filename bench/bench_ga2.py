@@ -1,0 +1,126 @@
+"""Benchmark of the GA-2 simulator and the checks built on it: ``python -m bench ga2``.
+
+Measures, in one run, with ``time.perf_counter`` wall time:
+
+1. simulator throughput: every program of the decode loops that ``check_pipeline`` runs
+   (both variants, every step), executed from its starting EXT; instructions and simulated
+   cycles per second, for ``ga2.machine.Machine`` (numpy) and ``bench.naive_ga2.NaiveMachine``
+   (a per-word Python interpreter);
+2. ``attn.check_pipeline(exact=True, stagewise=True)``: best of 3 (goal: under 3 s);
+3. the whole mutation table (23 mutants + 2 equivalent changes, 2 worker processes; goal:
+   under 60 s), with the numpy machine and then with the naive one.  The naive table is run
+   in full when ``GA2_BENCH_NAIVE_TABLE`` is not ``0``; otherwise its time is extrapolated from
+   the naive ``check_pipeline`` time and clearly labelled so.
+
+The machine is shared: wall times vary with the load (printed at the start and the end).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ga2 import attn, checks, mutants
+from ga2.machine import Machine
+
+from .naive_ga2 import NaiveMachine
+
+
+def _load() -> str:
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def _workload():
+    """(program, EXT before it) of every program check_pipeline runs, and their simulated cycles."""
+    pairs = []
+    for L in checks.DEFAULT_LS:
+        for seed in checks.DEFAULT_SEEDS:
+            for step in attn.sequence(attn.make_example(L, 100 * L + seed)):
+                pairs += [(run.program, run.ext_before, run.counters) for run in (step.cached, step.recompute)]
+    return pairs
+
+
+def _throughput(machine, pairs, repeats: int):
+    """Best wall time over ``repeats`` of running every program; instructions/s and cycles/s."""
+    instructions = sum(c.instructions for _, _, c in pairs)
+    cycles = sum(c.total for _, _, c in pairs)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for program, ext, _ in pairs:
+            machine(ext).run(program)
+        best = min(best, time.perf_counter() - start)
+    return best, instructions / best, cycles / best, instructions, cycles
+
+
+def _naive_builder():
+    """ga2.attn with its decode loops run on the naive interpreter (the checks are unchanged)."""
+
+    class Builder:
+        make_example = staticmethod(attn.make_example)
+        rq_params = staticmethod(attn.rq_params)
+        int_reference = staticmethod(attn.int_reference)
+
+        @staticmethod
+        def sequence(example, machine=NaiveMachine):
+            return attn.sequence(example, machine=machine)
+
+    return Builder
+
+
+def _best_of(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> int:
+    print(f"load average at start: {_load()} (2 cores shared; wall times grow with the load)")
+    pairs = _workload()
+    print(f"\n== 1. simulator throughput: the {len(pairs)} programs of check_pipeline's decode loops")
+    fast = _throughput(Machine, pairs, repeats=3)
+    naive = _throughput(NaiveMachine, pairs, repeats=1)
+    for name, (seconds, ips, cps, n, cycles) in (("numpy Machine", fast), ("naive per-word", naive)):
+        print(f"  {name:15s} {n:,} instructions, {cycles:,} simulated cycles in {seconds:6.3f} s: "
+              f"{ips:10,.0f} instructions/s {cps:14,.0f} simulated cycles/s")
+    print(f"  numpy machine / naive interpreter: {naive[0] / fast[0]:.1f}x faster")
+
+    print("\n== 2. attn.check_pipeline(exact=True, stagewise=True): 24 decode loops, 228 steps, both programs")
+    worst, problems = attn.check_pipeline(exact=True, stagewise=True)
+    assert not problems, problems[:3]
+    pipeline = _best_of(lambda: attn.check_pipeline(exact=True, stagewise=True), repeats=3)
+    naive_pipeline = _best_of(lambda: checks.check_pipeline(_naive_builder(), exact=True, stagewise=True),
+                              repeats=1)
+    print(f"  numpy machine:     {pipeline:6.2f} s (best of 3; goal under 3 s)   worst error {worst:.4f}")
+    print(f"  naive interpreter: {naive_pipeline:6.2f} s ({naive_pipeline / pipeline:.1f}x)")
+
+    print("\n== 3. the whole mutation table: 25 builders, each decoded once and judged by (b), (c), (d); "
+          "2 worker processes")
+    start = time.perf_counter()
+    results = mutants.mutation_table(workers=2)
+    table = time.perf_counter() - start
+    s = mutants.summary(results)
+    print(f"  numpy machine:     {table:6.1f} s (goal under 60 s)   caught (b) {s['b']}, (c) {s['c']}, (d) {s['d']}, "
+          f"any {s['any']} of {s['mutants']}; equivalent caught {s['equivalent_caught']} of {s['equivalent']}")
+    if os.environ.get("GA2_BENCH_NAIVE_TABLE", "1") != "0":
+        start = time.perf_counter()
+        naive_results = mutants.mutation_table(workers=2, machine=NaiveMachine)
+        naive_table = time.perf_counter() - start
+        same = [(r.label, r.caught) for r in naive_results] == [(r.label, r.caught) for r in results]
+        print(f"  naive interpreter: {naive_table:6.1f} s, measured in full ({naive_table / table:.1f}x slower; "
+              f"same verdicts: {same})")
+    else:
+        estimate = table * naive_pipeline / pipeline
+        print(f"  naive interpreter: ~{estimate:6.1f} s EXTRAPOLATED (table time x the check_pipeline ratio "
+              f"{naive_pipeline / pipeline:.1f}; not run: GA2_BENCH_NAIVE_TABLE=0)")
+    print(f"\nload average at end: {_load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
