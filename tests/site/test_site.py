@@ -186,6 +186,20 @@ IMAGES_JS = r"""
 """
 
 
+def test_search_works_offline(site, base_url, browser):
+    """Sphinx's search runs in the page, from searchindex.js: it must find a chapter."""
+    page = browser.new_page()
+    try:
+        page.goto(base_url + "search.html?q=softmax", wait_until="load", timeout=LOAD_TIMEOUT_MS)
+        page.wait_for_function(
+            "() => document.querySelectorAll('#search-results ul.search li').length > 0",
+            timeout=20_000)
+        hits = page.eval_on_selector_all("#search-results ul.search li a", "els => els.map(a => a.href)")
+    finally:
+        page.close()
+    assert any("01_attention_by_hand" in h for h in hits), f"search for 'softmax' found {hits}"
+
+
 @pytest.mark.parametrize("page_path", site_pages())
 def test_page(page_path, site, base_url, browser, screenshots):
     if not (site / page_path).is_file():
