@@ -93,6 +93,9 @@ GOOD = {
 }
 
 
+GOOD = {name: textwrap.dedent(src).lstrip("\n") for name, src in GOOD.items()}
+
+
 @pytest.fixture
 def good():
     return {name: textwrap.dedent(src) for name, src in GOOD.items()}

@@ -1,0 +1,127 @@
+"""The command line: ``python -m graders grade|check|list``, exit statuses, the results.json."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from graders import cli
+
+from conftest import GOOD, PYTHON, ROOT
+
+
+def graders(*args, cwd=ROOT):
+    return subprocess.run([PYTHON, "-m", "graders", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_grade_prints_feedback_and_writes_gradescope_results(tmp_path):
+    sub = tmp_path / "attend_step.py"
+    sub.write_text(GOOD["attend_step"].replace("/ np.sqrt(q.shape[0])", ""))   # forgets the scaling
+    out = tmp_path / "results.json"
+    proc = graders("grade", sub, "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "Score:" in proc.stdout and "[FAIL]" in proc.stdout and "sqrt(d)" in proc.stdout
+    result = json.loads(out.read_text())
+    for key in ("score", "max_score", "execution_time", "output", "tests", "isolation", "status"):
+        assert key in result
+    assert 0 < result["score"] < result["max_score"] and result["status"] == "ok"
+    assert result["isolation"] in ("bwrap", "subprocess")
+    for test in result["tests"]:
+        assert set(test) >= {"name", "score", "max_score", "status", "output", "visibility"}
+        assert test["status"] in ("passed", "failed") and test["visibility"] == "visible"
+    assert result["score"] == sum(t["score"] for t in result["tests"])
+
+
+@pytest.mark.parametrize("content, status", [
+    (b"", "unreadable"),
+    (b'{"cells": [{"cell_type": "code", "source": "def soft', "unreadable"),
+    (b"def softmax(x:\n    return x\n", "missing"),
+    (b"def soft_max(x):\n    return x\n", "missing"),
+    (b"import sys\ndef softmax(x, _=sys.exit(3)):\n    return x\n", "crashed"),
+])
+def test_a_result_is_written_whatever_the_submission(tmp_path, content, status):
+    sub = tmp_path / ("softmax.ipynb" if content.startswith(b"{") or not content else "softmax.py")
+    sub.write_bytes(content)
+    out = tmp_path / "r.json"
+    proc = graders("grade", sub, "--exercise", "softmax", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["status"] == status and result["score"] == 0 and result["max_score"] > 0
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert all(t["output"] for t in result["tests"])
+
+
+def test_the_exercise_comes_from_metadata_or_file_name(tmp_path):
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": GOOD["kv_cache_bytes"], "outputs": [],
+                     "execution_count": None}],
+          "metadata": {"kvcourse": {"exercise": "kv_cache_bytes", "chapter": 3}}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "homework 3.ipynb").write_text(json.dumps(nb))
+    proc = graders("grade", tmp_path / "homework 3.ipynb")
+    assert proc.returncode == 0 and proc.stdout.startswith("kv_cache_bytes:")
+    (tmp_path / "jdoe-time_per_token.py").write_text(GOOD["time_per_token"])
+    proc = graders("grade", tmp_path / "jdoe-time_per_token.py")
+    assert proc.returncode == 0 and proc.stdout.startswith("time_per_token:")
+
+
+@pytest.mark.parametrize("args, words", [
+    ([], "required"),
+    (["nonsense"], "invalid choice"),
+    (["grade"], "required"),
+    (["grade", "no/such/file.py", "--exercise", "softmax"], "no such file"),
+    (["grade", "README.md", "--exercise", "nope"], "no exercise named 'nope'"),
+    (["grade", "README.md"], "cannot tell which exercise"),
+    (["batch", "."], "--exercise"),
+    (["batch", ".", "--exercise", "softmax", "--out", "x.csv", "--jobs", "0"], "at least 1"),
+    (["grade", "README.md", "--exercise", "softmax", "--timeout", "-1"], "must be positive"),
+])
+def test_usage_errors_exit_2(args, words):
+    proc = graders(*args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert words in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_usage_error_still_leaves_a_result_when_one_was_asked_for(tmp_path):
+    out = tmp_path / "r.json"
+    proc = graders("grade", tmp_path / "missing.py", "--exercise", "softmax", "--json", out)
+    assert proc.returncode == 2
+    assert json.loads(out.read_text())["status"] == "usage_error"
+
+
+def test_a_grader_crash_still_produces_a_result(tmp_path, monkeypatch, capsys):
+    import graders.grading as grading
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("the grader broke")
+    monkeypatch.setattr(grading, "_grade", boom)
+    sub = tmp_path / "softmax.py"
+    sub.write_text(GOOD["softmax"])
+    out = tmp_path / "r.json"
+    assert cli.main(["grade", str(sub), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["status"] == "grader_error" and result["score"] == 0
+    assert "not your fault" in result["output"] and len(result["tests"]) > 0
+    assert "Score: 0" in capsys.readouterr().out
+
+
+def test_check_runs_the_public_checks_only():
+    proc = graders("check", "solutions/softmax.ipynb")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "public tests passed; hidden tests run at grading" in proc.stdout
+    proc = graders("check", "exercises/softmax.ipynb")
+    assert proc.returncode == 1 and "not implemented yet" in proc.stdout
+
+
+def test_check_reports_a_failing_public_check(tmp_path):
+    sub = tmp_path / "softmax.py"
+    sub.write_text("import numpy as np\ndef softmax(s):\n    return np.ones_like(np.asarray(s, float))\n")
+    proc = graders("check", sub)
+    assert proc.returncode == 1 and "[FAIL]" in proc.stdout and "hidden tests run at grading" not in proc.stdout
+
+
+def test_list_names_every_exercise(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("softmax", "causal_attention", "attend_step", "kv_cache_bytes", "max_batch",
+                 "arithmetic_intensity", "time_per_token", "prefill_time"):
+        assert name in out
