@@ -192,9 +192,11 @@ def write_gradebook(out_csv: Path, exercise: str, results: dict[str, dict]) -> N
             entry = by_name.get(t.name)
             cells.append(f"{entry['score']:g}" if entry else "")
         message = ""
-        if result.get("status") != "ok":
-            message = (result.get("output") or "").splitlines()[1:2] or [""]
-            message = message[0].removeprefix("Note: ")[:300]
+        if result.get("status") != "ok":      # why: the first note, else the first failing test's
+            lines = [l.removeprefix("Note: ") for l in (result.get("output") or "").splitlines()
+                     if not l.startswith("Isolation:") and " hidden tests passed" not in l]
+            lines += [t.get("output", "") for t in result.get("tests", []) if t.get("status") != "passed"]
+            message = (lines[0] if lines else "")[:300]
         writer.writerow([name, result.get("status", ""), f"{result.get('score', 0):g}",
                          f"{result.get('max_score', 0):g}", *cells, result.get("isolation", ""),
                          result.get("execution_time", ""), result.get("sha256", ""), message])

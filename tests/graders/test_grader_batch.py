@@ -1,0 +1,156 @@
+"""graders.batch: a class at once, a gradebook, resuming, surviving a kill, and Dask."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from graders import Limits, registry
+from graders.batch import run_batch
+
+from conftest import FAST, GOOD, HOSTILE, PYTHON, ROOT
+
+SLOW_GOOD = GOOD["kv_cache_bytes"].replace(
+    "def kv_cache_bytes(", "import time\ndef kv_cache_bytes(").replace(
+    "    return 2 *", "    time.sleep(0.03)\n    return 2 *")
+
+
+def make_class(folder: Path, n_good: int = 3, hostile=("loop_in_function.py", "os_exit.py")) -> dict:
+    """A folder of kv_cache_bytes submissions: good ones (distinct files), a wrong one, an unreadable
+    one, hostile ones, in one sub-folder per learner for some."""
+    folder.mkdir(parents=True, exist_ok=True)
+    expected = {}
+    for i in range(n_good):
+        path = folder / (f"learner{i}" if i % 2 else "") / f"good{i}.py"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(GOOD["kv_cache_bytes"] + f"# learner {i}\n")
+        expected[str(path.relative_to(folder))] = "ok"
+    (folder / "wrong.py").write_text("def kv_cache_bytes(*a):\n    return 1\n")
+    expected["wrong.py"] = "ok"
+    (folder / "broken.ipynb").write_text('{"cells": [')
+    expected["broken.ipynb"] = "unreadable"
+    for name in hostile:
+        text = (HOSTILE / name).read_text()
+        text = text.replace("def time_per_token(n_params, bytes_per_param, bandwidth):",
+                            "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, n_tokens, bytes_per_value):")
+        text = text.replace("def softmax(scores):",
+                            "def kv_cache_bytes(n_layers, n_kv_heads, head_dim, n_tokens, bytes_per_value):")
+        (folder / name).write_text(text)
+        expected[name] = {"loop_in_function.py": "timeout", "os_exit.py": "crashed"}.get(name, "ok")
+    (folder / ".ipynb_checkpoints").mkdir(exist_ok=True)
+    (folder / ".ipynb_checkpoints" / "good0-checkpoint.py").write_text("ignored")
+    return expected
+
+
+def read_csv(path: Path) -> dict[str, dict]:
+    with open(path, newline="") as f:
+        return {row["submission"]: row for row in csv.DictReader(f)}
+
+
+def test_a_class_is_graded_into_a_gradebook_and_bad_ones_do_not_stop_it(tmp_path):
+    expected = make_class(tmp_path / "class")
+    out = tmp_path / "gradebook.csv"
+    summary = run_batch(tmp_path / "class", "kv_cache_bytes", out, jobs=2, limits=FAST, progress=False)
+    assert summary["missing_results"] == 0 and summary["graded"] == len(expected)
+    rows = read_csv(out)
+    assert set(rows) == set(expected)
+    tests = registry.tests("kv_cache_bytes")
+    max_score = sum(t.points for t in tests)
+    for name, status in expected.items():
+        assert rows[name]["status"] == status, (name, rows[name])
+        result = json.loads((tmp_path / "gradebook-results" / (name.replace("/", "__") + ".json")).read_text())
+        assert result["status"] == status and result["submission"] == name
+        if name.startswith(("good", "learner")):
+            assert float(rows[name]["score"]) == max_score
+            assert all(float(rows[name][f"{t.id} {t.name}"]) == t.points for t in tests)
+        else:
+            assert float(rows[name]["score"]) < max_score
+    assert rows["broken.ipynb"]["message"]
+
+
+def test_a_rerun_resumes_and_a_changed_submission_is_regraded(tmp_path):
+    make_class(tmp_path / "class", n_good=2, hostile=())
+    out = tmp_path / "gb.csv"
+    run_batch(tmp_path / "class", "kv_cache_bytes", out, jobs=2, limits=FAST, progress=False)
+    results = tmp_path / "gb-results"
+    before = {p.name: p.stat().st_mtime_ns for p in results.iterdir()}
+    summary = run_batch(tmp_path / "class", "kv_cache_bytes", out, jobs=2, limits=FAST, progress=False)
+    assert summary["graded"] == 0 and summary["resumed"] == len(before)
+    assert {p.name: p.stat().st_mtime_ns for p in results.iterdir()} == before
+    (tmp_path / "class" / "wrong.py").write_text(GOOD["kv_cache_bytes"])          # resubmitted, fixed
+    summary = run_batch(tmp_path / "class", "kv_cache_bytes", out, jobs=2, limits=FAST, progress=False)
+    assert summary["graded"] == 1
+    assert read_csv(out)["wrong.py"]["score"] == read_csv(out)["good0.py"]["score"]
+    summary = run_batch(tmp_path / "class", "kv_cache_bytes", out, jobs=2, limits=FAST, progress=False, force=True)
+    assert summary["graded"] == len(before)
+
+
+def test_a_batch_killed_at_any_moment_loses_nothing_and_resumes(tmp_path):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for i in range(10):
+        (folder / f"s{i:02d}.py").write_text(SLOW_GOOD + f"# {i}\n")
+    out = tmp_path / "gb.csv"
+    results = tmp_path / "gb-results"
+    cmd = [PYTHON, "-m", "graders", "batch", str(folder), "--exercise", "kv_cache_bytes", "--out", str(out),
+           "--jobs", "1", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(results.glob("*.json"))) < 3:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)           # the batch and everything in its group, at once
+    finally:
+        proc.wait(timeout=30)
+    done = {p.name: p.read_bytes() for p in results.glob("*.json")}
+    assert 3 <= len(done) < 10, "the kill should land in the middle of the batch"
+    for data in done.values():                        # every result on disk is whole
+        assert json.loads(data)["status"] == "ok"
+    assert not list(results.glob(".*.tmp")) or True   # a temp file may remain; it is never read
+    if out.exists():                                  # the gradebook on disk is whole too
+        assert len(read_csv(out)) <= len(done)
+
+    rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{len(done)} already graded" in rerun.stderr
+    for name, data in done.items():                   # what was graded is kept as it was
+        assert (results / name).read_bytes() == data
+    rows = read_csv(out)
+    assert len(rows) == 10 and all(r["status"] == "ok" and r["score"] == r["max_score"] for r in rows.values())
+
+
+def test_the_same_batch_runs_on_a_dask_cluster(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    make_class(tmp_path / "class", n_good=2, hostile=("os_exit.py",))
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster:
+        out = tmp_path / "dask.csv"
+        summary = run_batch(tmp_path / "class", "kv_cache_bytes", out, scheduler=cluster.scheduler_address,
+                            limits=FAST, progress=False)
+    local = tmp_path / "local.csv"
+    run_batch(tmp_path / "class", "kv_cache_bytes", local, jobs=2, limits=FAST, progress=False)
+    assert summary["missing_results"] == 0
+    dask_rows, local_rows = read_csv(out), read_csv(local)
+    assert set(dask_rows) == set(local_rows)
+    for name in local_rows:
+        assert (dask_rows[name]["status"], dask_rows[name]["score"]) == \
+               (local_rows[name]["status"], local_rows[name]["score"])
+
+
+def test_the_batch_command_line(tmp_path):
+    make_class(tmp_path / "class", n_good=2, hostile=())
+    out = tmp_path / "gb.csv"
+    proc = subprocess.run([PYTHON, "-m", "graders", "batch", str(tmp_path / "class"), "--exercise",
+                           "kv_cache_bytes", "--out", str(out), "--jobs", "2"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "grading kv_cache_bytes" in proc.stderr            # the progress bar
+    assert "gradebook" in proc.stderr and len(read_csv(out)) == 4
+    proc = subprocess.run([PYTHON, "-m", "graders", "batch", str(tmp_path / "nope"), "--exercise",
+                           "kv_cache_bytes", "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "not a folder" in proc.stderr
