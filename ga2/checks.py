@@ -137,15 +137,32 @@ def _guarded(check: str, where: str, contain: bool, fn, *args):
 
 
 def findings(builder, seeds=DEFAULT_SEEDS, Ls=DEFAULT_LS, bound=None, exact=False, stagewise=False,
-             contain_crashes=False, machine=None) -> tuple[float, list[Finding]]:
+             contain_crashes=False, machine=None, stop_early=False) -> tuple[float, list[Finding]]:
     """Run the decode loops of ``builder`` once and apply the chosen checks to that run.
 
     Returns the worst last-step error and the findings, each tagged with its check.  With
     ``contain_crashes`` a crash inside check (c) or (d) becomes a finding of that check
     (a crash of the builder itself still propagates: it breaks every check).  ``machine``
     replaces the simulator class (the benchmark runs a naive one).
+
+    ``stop_early`` is for verdicts, not reports: a check that has found one problem is not
+    run again, and the loops stop once every chosen check has found one (or (a) has, which
+    every check includes).  The worst error is then that of the examples run so far.
     """
-    worst, found = 0.0, []
+    chosen = {check for check, on in (("b", bound is not None), ("c", exact), ("d", stagewise)) if on}
+    worst, found, caught = 0.0, [], set()
+
+    def note(new):
+        found.extend(new)
+        caught.update(f.check for f in new)
+
+    def done(check=None) -> bool:
+        if not stop_early:
+            return False
+        if check is not None:
+            return check in caught or "a" in caught
+        return "a" in caught or chosen <= caught
+
     for L in Ls:
         for seed in seeds:
             example = builder.make_example(L, 100 * L + seed)
@@ -154,19 +171,23 @@ def findings(builder, seeds=DEFAULT_SEEDS, Ls=DEFAULT_LS, bound=None, exact=Fals
             for step in steps:
                 at = f"{where} step {step.t}"
                 if step.cached.output != step.recompute.output:
-                    found.append(Finding("a", f"{at}: cached and recompute outputs differ"))
-                if exact:
+                    note([Finding("a", f"{at}: cached and recompute outputs differ")])
+                if exact and not done("c"):
                     want, crash = _guarded("c", at, contain_crashes, builder.int_reference, example, step.t)
-                    found += crash
+                    note(crash)
                     if not crash and step.cached.output != want:
-                        found.append(Finding("c", f"{at}: differs from the integer reference"))
-                if stagewise:
+                        note([Finding("c", f"{at}: differs from the integer reference")])
+                if stagewise and not done("d"):
                     problems, crash = _guarded("d", at, contain_crashes, stagewise_problems, example, step)
-                    found += crash + [Finding("d", f"{where} {p}") for p in problems or []]
+                    note(crash + [Finding("d", f"{where} {p}") for p in problems or []])
+                if done():
+                    return worst, found
             error = rel_error(example, steps[-1].cached.output)
             worst = max(worst, error)
             if bound is not None and error > bound:
-                found.append(Finding("b", f"{where}: error {error:.3f} over the bound {bound}"))
+                note([Finding("b", f"{where}: error {error:.3f} over the bound {bound}")])
+            if done():
+                return worst, found
     return worst, found
 
 

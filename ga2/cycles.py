@@ -25,6 +25,7 @@ without running it (and without checking it fits in memory: the cycle model
 from __future__ import annotations
 
 from collections import Counter
+from functools import lru_cache
 from typing import NamedTuple
 
 from .instructions import as_instr
@@ -73,15 +74,24 @@ def instruction_cycles(ins) -> int:
     return ISSUE_CYCLES + wait_cycles(ins)
 
 
+@lru_cache(maxsize=1 << 16)
+def _cost(ins) -> tuple:
+    """(counter, wait) of one instruction; cached, as the same instructions recur."""
+    return UNIT[ins.op], wait_cycles(ins)
+
+
 def cycle_counts(program) -> CycleCounts:
     """The counters after running ``program`` once, from the cycle model alone."""
     units = Counter()
     total = instructions = 0
     for item in program:
         ins = as_instr(item)
-        wait = wait_cycles(ins)
+        try:
+            unit, wait = _cost(ins)
+        except TypeError:  # unhashable field values: price it without the cache
+            unit, wait = UNIT.get(ins.op), wait_cycles(ins)
         total += ISSUE_CYCLES + wait
-        if ins.op != "HALT":
+        if unit is not None:
             instructions += 1
-            units[UNIT[ins.op]] += wait
+            units[unit] += wait
     return CycleCounts(total, units["matrix"], units["dma"], units["vector"], instructions)

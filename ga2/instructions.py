@@ -109,17 +109,22 @@ def build(op: str, **fields) -> Instr:
     Values are not range-checked here: that is ``ga2.limits.check_program``'s job,
     which knows the memory sizes and reports the instruction's index.
     """
-    if op not in FIELDS:
+    names = FIELDS.get(op) if isinstance(op, str) else None
+    if names is None:
         raise InstructionFormError(op, "op", f"unknown operation (GA-2 has {', '.join(OPS)})")
-    names = FIELDS[op]
-    unknown = [name for name in fields if name not in names]
-    if unknown:
-        raise InstructionFormError(op, unknown[0], f"not a field of {op} (its fields: {', '.join(names) or 'none'})")
-    given = {**DEFAULTS.get(op, {}), **fields}
-    missing = [name for name in names if name not in given]
-    if missing:
+    defaults = DEFAULTS.get(op)
+    given = {**defaults, **fields} if defaults else fields
+    if len(given) != len(names) or not all(name in given for name in names):
+        unknown = [name for name in fields if name not in names]
+        if unknown:
+            raise InstructionFormError(op, unknown[0],
+                                       f"not a field of {op} (its fields: {', '.join(names) or 'none'})")
+        missing = [name for name in names if name not in given]
         raise InstructionFormError(op, missing[0], "missing")
-    return Instr(op, tuple(_as_int_if_integral(given[name]) for name in names))
+    values = tuple(given[name] for name in names)
+    if not all(type(v) is int for v in values):  # numpy integers and bools become ints
+        values = tuple(_as_int_if_integral(v) for v in values)
+    return Instr(op, values)
 
 
 def as_instr(item) -> Instr:

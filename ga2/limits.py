@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
+from functools import lru_cache
 
 from .instructions import FIELDS, Instr, InstructionFormError, as_instr
 
@@ -116,6 +117,15 @@ def _check_limits(index: int, ins: Instr, ext_words: int, spad_words: int) -> No
         _check_region(index, op, "dst", f["dst"], c_last, "SPAD", spad_words)
 
 
+@lru_cache(maxsize=1 << 16)
+def _valid(ins: Instr, ext_words: int, spad_words: int) -> bool:
+    """One instruction's own limits, at an unknown index (-1).  Cached: a decode loop builds
+    the same instructions again and again, and a frozen ``Instr`` is its own key."""
+    _check_values(-1, ins)
+    _check_limits(-1, ins, ext_words, spad_words)
+    return True
+
+
 def check_program(program: Sequence, ext_words: int = EXT_WORDS, spad_words: int = SPAD_WORDS) -> list[Instr]:
     """Check every limit of every instruction; return the program as a list of ``Instr``.
 
@@ -132,11 +142,16 @@ def check_program(program: Sequence, ext_words: int = EXT_WORDS, spad_words: int
             raise ProgramError(index, err.op, err.field, err.reason) from None
         if ins.op not in FIELDS:
             raise ProgramError(index, ins.op, "op", f"unknown operation (GA-2 has {', '.join(FIELDS)})")
-        _check_values(index, ins)
+        if not all(type(v) is int for v in ins.values):
+            # Before the cache: 1.0 == 1, so a float must not find the int's entry.
+            _check_values(index, ins)
+        try:
+            _valid(ins, ext_words, spad_words)
+        except ProgramError as err:  # the same error, now with the instruction's index
+            raise ProgramError(index, err.op, err.field, err.reason) from None
         if ins.op == "HALT" and index != last:
             raise ProgramError(index, "HALT", "op",
                                f"HALT before the end: the {last - index} instruction(s) after it could never run")
-        _check_limits(index, ins, ext_words, spad_words)
         checked.append(ins)
     if not checked or checked[-1].op != "HALT":
         raise ProgramError(len(program), "HALT", "op", "missing: a program must end with HALT")

@@ -20,6 +20,7 @@ an MM computes its product before writing it, row by row.
 """
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import Callable
 
@@ -29,18 +30,28 @@ from .cycles import CycleCounts, cycle_counts
 from .instructions import Instr
 from .limits import EXT_WORDS, SPAD_WORDS, check_program
 from .quant import requant
-from .softmax import softmax_fixed_array
+from .softmax import softmax_unit
 
 __all__ = ["Machine", "EXT_WORDS", "SPAD_WORDS", "to_words", "low_byte_signed", "as_int8"]
 
 
 
+# Byte 0 of a word is its low byte on a little-endian host, byte 3 on a big-endian one.
+_LOW_BYTE = 0 if sys.byteorder == "little" else 3
+
+
 @lru_cache(maxsize=None)
 def _offsets(rows: int, cols: int, row_stride: int, col_stride: int) -> np.ndarray:
     """(rows, cols) word offsets r * row_stride + c * col_stride of a strided block (cached: few shapes recur)."""
-    r = np.arange(rows)[:, None] * row_stride
-    c = np.arange(cols)[None, :] * col_stride
-    offsets = r + c
+    offsets = np.arange(rows)[:, None] * row_stride + np.arange(cols)[None, :] * col_stride
+    offsets.flags.writeable = False
+    return offsets
+
+
+@lru_cache(maxsize=None)
+def _low_bytes(rows: int, cols: int, row_stride: int, col_stride: int) -> np.ndarray:
+    """The same block as byte offsets of the words' low bytes, for reading int8 operands."""
+    offsets = 4 * _offsets(rows, cols, row_stride, col_stride) + _LOW_BYTE
     offsets.flags.writeable = False
     return offsets
 
@@ -79,6 +90,9 @@ class Machine:
     def __init__(self, ext=None, spad=None, *, ext_words: int = EXT_WORDS, spad_words: int = SPAD_WORDS):
         self.ext = to_words(ext, ext_words)
         self.spad = to_words(spad, spad_words)
+        # The scratchpad seen as bytes: int8 operands are read straight from the low bytes.
+        # (self.spad is only ever written in place, so this view stays valid.)
+        self._spad_bytes = self.spad.view(np.int8)
         self.counters = CycleCounts(0, 0, 0, 0, 0)
 
     # ---------------------------------------------------------------- counters
@@ -134,11 +148,10 @@ class Machine:
         b[k][j] = SPAD[B + k*ldb + j]   (tb = 0)              (K, N)
                   SPAD[B + j*ldb + k]   (tb = 1: rows of B read as columns, e.g. the key cache)
         """
-        spad = self.spad
-        a = spad[A + _offsets(M, K, lda, 1)].astype(np.int8)                         # (M, K)
-        b_offsets = _offsets(K, N, 1, ldb) if tb else _offsets(K, N, ldb, 1)
-        b = spad[B + b_offsets].astype(np.int8)                                      # (K, N)
-        c = a.astype(np.int32) @ b.astype(np.int32)                                  # (M, N), |c| <= 2^20
+        spad, low = self.spad, self._spad_bytes
+        a = low[4 * A + _low_bytes(M, K, lda, 1)]                                    # (M, K) int8
+        b = low[4 * B + (_low_bytes(K, N, 1, ldb) if tb else _low_bytes(K, N, ldb, 1))]   # (K, N) int8
+        c = np.matmul(a, b, dtype=np.int32)                                          # (M, N), |c| <= 2^20
         if ldc >= N or M == 1:   # rows of C do not overlap: one scatter
             spad[dst + _offsets(M, N, ldc, 1)] = c
         else:                    # overlapping rows: write them in order, so the later row wins
@@ -151,7 +164,8 @@ class Machine:
 
     def _softmax(self, dst, src, n):
         """SM: Q0.16 probabilities of the int8 Q4.4 scores in the low bytes of src."""
-        self.spad[dst:dst + n] = softmax_fixed_array(low_byte_signed(self.spad[src:src + n]))
+        scores = self._spad_bytes[4 * src + _LOW_BYTE:4 * (src + n):4].astype(np.int64)   # (n,)
+        self.spad[dst:dst + n] = softmax_unit(scores)
 
     def _halt(self):
         """HALT: nothing left to do (the checked program ends here)."""

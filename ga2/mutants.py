@@ -10,7 +10,9 @@ one run, each including (a):
     (b) accuracy bound 12%     (c) exact integer reference     (d) stage-wise real-number check
 
 A mutant is caught by a check when the check reports a problem or crashes (a crash or
-a time-out of the builder itself is caught by all three).  ``EQUIVALENT`` holds two
+a time-out of the builder itself is caught by all three).  A check that has caught the
+mutant is not run again, and the run stops once all three have (``stop_early``): the
+verdicts are those of the full run, the work is not.  ``EQUIVALENT`` holds two
 changes that look like bugs and are not: no check should catch them.
 
     python -m ga2.mutants [--json OUT] [--workers 2] [--timeout 300]
@@ -186,7 +188,7 @@ def evaluate(mutant: Mutant, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, b
     try:
         builder = load_mutant(mutant)
         _, found = checks.findings(builder, seeds, Ls, bound=bound, exact=True, stagewise=True,
-                                   contain_crashes=True, machine=machine)
+                                   contain_crashes=True, machine=machine, stop_early=True)
     except BadAnchor:
         raise
     except Exception as err:  # noqa: BLE001 - the mutated builder crashed: every check notices

@@ -84,20 +84,25 @@ def mantissa_shift(x: float) -> tuple[int, int]:
 def requant(acc, m: int, s: int, relu: int = 0):
     """The requantizer: sat127(round_half_away(acc * m / 2^s)), then max(0, .) if relu.
 
-    Exact integer arithmetic: with p = acc * m (|p| < 2^55 for an int32 acc and
-    m < 2^24), round_half_away(p / 2^s) = sign(p) * ((|p| + 2^(s-1)) >> s) for s >= 1.
+    Exact integer arithmetic on p = acc * m (|p| < 2^55 for an int32 acc and m < 2^24).
+    For s >= 1, with h = 2^(s-1), round_half_away(p / 2^s) is
+        (p + h) >> s          when p >= 0
+        (p + h - 1) >> s      when p < 0   (= -((|p| + h) >> s): ties go down, away from 0)
     """
     if _is_scalar(acc):
         p = int(acc) * int(m)
-        r = (abs(p) + (1 << (s - 1))) >> s if s > 0 else abs(p)
-        q = max(-QMAX, min(QMAX, r if p >= 0 else -r))
+        q = (p + (1 << s >> 1) - (p < 0)) >> s if s > 0 else p
+        q = max(-QMAX, min(QMAX, q))
         return max(0, q) if relu else q
     p = np.asarray(acc, dtype=np.int64) * m
-    r = (np.abs(p) + ((1 << s) >> 1)) >> s          # (1 << s) >> 1 is 2^(s-1), and 0 for s = 0
-    q = np.where(p < 0, -r, r)
-    np.minimum(q, QMAX, out=q)
-    np.maximum(q, 0 if relu else -QMAX, out=q)      # the ReLU is a floor of 0 instead of -127
-    return q
+    if s > 0:
+        negative = p < 0
+        p += 1 << (s - 1)
+        p -= negative
+        p >>= s
+    np.minimum(p, QMAX, out=p)
+    np.maximum(p, 0 if relu else -QMAX, out=p)      # the ReLU is a floor of 0 instead of -127
+    return p
 
 
 def matmul_int8(a, b) -> np.ndarray:

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-__all__ = ["FRAC_BITS_IN", "ONE_IN", "ONE_OUT", "EXP_TABLE", "softmax_fixed_array", "softmax_fixed",
+__all__ = ["FRAC_BITS_IN", "ONE_IN", "ONE_OUT", "EXP_TABLE", "softmax_fixed_array", "softmax_unit", "softmax_fixed",
            "softmax_float"]
 
 FRAC_BITS_IN = 4           # Q4.4 scores
@@ -35,9 +35,17 @@ def softmax_fixed_array(scores) -> np.ndarray:
         raise ValueError("softmax_fixed takes a non-empty 1-D sequence of scores")
     if x.min() < -128 or x.max() > 127:
         raise ValueError("softmax_fixed takes int8 scores (-128..127)")
-    e = EXP_TABLE[x.max() - x]          # (n,) in 1..65536
-    z = e.sum()
-    return (e * ONE_OUT + z // 2) // z
+    return softmax_unit(x)
+
+
+def softmax_unit(x: np.ndarray) -> np.ndarray:
+    """The table and the divider on int64 scores already known to be int8, shape (n,), n >= 1."""
+    e = EXP_TABLE[x.max() - x]          # (n,) in 0..65536; the max itself gets 65536
+    z = int(e.sum())                    # >= 65536
+    e *= ONE_OUT
+    e += z // 2
+    e //= z
+    return e
 
 
 def softmax_fixed(scores) -> list[int]:

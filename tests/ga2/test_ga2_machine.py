@@ -282,3 +282,10 @@ def test_invalid_programs_are_refused_before_anything_runs(name):
 def test_program_error_names_the_op():
     with pytest.raises(ProgramError, match=r"instruction 0 \(MM\): field 'K'"):
         Machine().run([build("MM", **{**MM, "K": 65}), HALT])
+
+
+def test_a_float_field_is_refused_even_after_the_same_int_instruction_was_accepted():
+    Machine().run([Instr("LD", (1, 0, 1)), HALT])          # the int version is valid (and remembered)
+    with pytest.raises(ProgramError) as info:
+        Machine().run([Instr("LD", (1.0, 0, 1)), HALT])
+    assert info.value.field == "dst"
