@@ -1,0 +1,85 @@
+"""``make release`` (python -m graders release): the learner's copy, without solutions or graders."""
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from graders.release import ReleaseError, make_release
+
+from conftest import PYTHON, ROOT
+
+
+def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
+    out = tmp_path / "release"
+    proc = subprocess.run([PYTHON, "-m", "graders", "release", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    names = {p.relative_to(out).parts[0] for p in out.rglob("*")}
+    assert {"exercises", "public_checks", "README.md", "MANIFEST.txt", "pyproject.toml"} <= names
+    assert not any(part in ("solutions", "graders") for p in out.rglob("*") for part in p.relative_to(out).parts)
+    exercises = sorted(p.name for p in (ROOT / "exercises").glob("*.ipynb"))
+    assert sorted(p.name for p in (out / "exercises").glob("*.ipynb")) == exercises
+    for nb_path in (out / "exercises").glob("*.ipynb"):
+        nb = json.loads(nb_path.read_text())
+        assert all(c.get("outputs", []) == [] for c in nb["cells"] if c["cell_type"] == "code")
+    assert (out / "public_checks" / "__init__.py").exists()
+    if (ROOT / "_build" / "html" / "index.html").exists():
+        assert (out / "book" / "index.html").exists()
+        assert "book: the built site" in proc.stdout
+    else:
+        assert "the site is not built" in proc.stdout and (out / "BOOK-NOT-INCLUDED.txt").exists()
+    hidden = {p.read_bytes() for p in (ROOT / "graders" / "exercises").glob("*.py")}
+    assert not any(p.is_file() and p.read_bytes() in hidden for p in out.rglob("*.py"))
+    # A second release replaces the first.
+    proc = subprocess.run([PYTHON, "-m", "graders", "release", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _fake_course(root):
+    for folder in ("exercises", "solutions", "public_checks", "graders"):
+        (root / folder).mkdir(parents=True)
+    (root / "public_checks" / "__init__.py").write_text("# checks\n")
+    (root / "graders" / "secret.py").write_text("HIDDEN = 'the hidden tests of this fake course: long enough to be hashed, really, truly'\n")
+
+    def nb(source, tags):
+        return json.dumps({"cells": [{"cell_type": "code", "metadata": {"tags": tags}, "source": source,
+                                      "outputs": [{"output_type": "stream", "text": "x"}], "execution_count": 3}],
+                           "metadata": {"kvcourse": {"exercise": "f", "chapter": 1}}, "nbformat": 4, "nbformat_minor": 5})
+    return nb
+
+
+def test_a_solution_leaked_into_an_exercise_stops_the_release(tmp_path):
+    root = tmp_path / "course"
+    nb = _fake_course(root)
+    answer = "def f(x):\n    return 2 * x\n"
+    (root / "solutions" / "f.ipynb").write_text(nb(answer, ["answer"]))
+    (root / "exercises" / "f.ipynb").write_text(nb(answer, ["answer"]))
+    with pytest.raises(ReleaseError, match="refusing to release a solution"):
+        make_release(tmp_path / "out", root=root)
+    assert not (tmp_path / "out").exists()
+    (root / "exercises" / "f.ipynb").write_text(nb("def f(x):\n    raise NotImplementedError\n", ["answer"]))
+    report = make_release(tmp_path / "out", root=root)
+    assert (tmp_path / "out" / "exercises" / "f.ipynb").exists() and "release written" in report[-1]
+
+
+def test_a_copy_of_a_hidden_file_stops_the_release(tmp_path):
+    root = tmp_path / "course"
+    _fake_course(root)
+    shutil.copy(root / "graders" / "secret.py", root / "public_checks" / "oops.py")
+    with pytest.raises(ReleaseError, match="copy of a file of solutions/ or graders/"):
+        make_release(tmp_path / "out", root=root)
+
+
+def test_the_release_never_overwrites_the_sources(tmp_path):
+    root = tmp_path / "course"
+    _fake_course(root)
+    for target in (root, root / "exercises", root / "solutions" / "x"):
+        with pytest.raises(ReleaseError, match="overlaps"):
+            make_release(target, root=root)
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "thesis.tex").write_text("do not delete")
+    with pytest.raises(ReleaseError, match="not a release"):
+        make_release(tmp_path / "precious", root=root)
+    assert (tmp_path / "precious" / "thesis.tex").exists()
