@@ -12,8 +12,9 @@ The requantizer brings it back to int8 at ``scale_out`` by multiplying with
 
 entirely in integers: ``q = sat127(round_half_away(acc * m / 2^s))``.
 
-Functions take Python numbers or numpy arrays; scalars come back as Python ``int``
-(or ``float``), arrays as numpy arrays (int64 for codes).
+Functions take Python numbers, (nested) lists or numpy arrays and answer in kind: a
+scalar as a Python ``int`` (or ``float``), a list as a list, an array as a numpy array
+(int64 for codes).
 """
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ QMAX = 127  # symmetric int8: -127..127 (-128 is never produced)
 
 def _is_scalar(x) -> bool:
     return np.ndim(x) == 0
+
+
+def _in_kind(given, result):
+    """``result`` as (nested) lists when ``given`` was a list or tuple, else as it is."""
+    return result.tolist() if isinstance(given, (list, tuple)) else result
 
 
 def round_half_away(x):
@@ -54,7 +60,7 @@ def scale_for(values) -> float:
 
 def quantize(values, scale: float):
     """int8 codes of ``values`` at ``scale``: sat127(round_half_away(v / scale))."""
-    return saturate(round_half_away(np.divide(values, scale)))
+    return _in_kind(values, saturate(round_half_away(np.divide(values, scale))))
 
 
 def dequantize(codes, scale: float):
@@ -94,6 +100,8 @@ def requant(acc, m: int, s: int, relu: int = 0):
         q = (p + (1 << s >> 1) - (p < 0)) >> s if s > 0 else p
         q = max(-QMAX, min(QMAX, q))
         return max(0, q) if relu else q
+    if isinstance(acc, (list, tuple)):
+        return requant(np.asarray(acc, dtype=np.int64), m, s, relu).tolist()
     p = np.asarray(acc, dtype=np.int64) * m
     if s > 0:
         negative = p < 0
@@ -105,12 +113,16 @@ def requant(acc, m: int, s: int, relu: int = 0):
     return p
 
 
-def matmul_int8(a, b) -> np.ndarray:
+def matmul_int8(a, b):
     """C = A B for int8 matrices A (M x K) and B (K x N), exact in int64 (int32 in hardware).
+
+    Lists of lists in, lists of lists out; otherwise a numpy int64 array.
 
     |C| <= K * 128 * 128 = 2^20 for K <= 64, well inside int32.
     """
+    lists = isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))
     a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
     if a.size and (a.min() < -128 or a.max() > 127) or b.size and (b.min() < -128 or b.max() > 127):
         raise ValueError("matmul_int8 takes int8 operands (-128..127)")
-    return a @ b
+    product = a @ b
+    return product.tolist() if lists else product

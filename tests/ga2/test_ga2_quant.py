@@ -27,6 +27,7 @@ def test_scale_and_quantize_are_symmetric_int8():
     assert s == 2.0 / 127
     q = quantize(v, s)
     assert q.dtype == np.int64 and q.tolist() == [[32, -127], [64, 1]]
+    assert quantize([[0.5, -2.0]], s) == [[32, -127]]
     assert quantize(3.0, s) == 127 and quantize(-3.0, s) == -127          # saturates, never -128
     assert quantize(0.5 * s, s) == 1 and quantize(-0.5 * s, s) == -1       # halves away from zero
     assert scale_for([0.0, 0.0]) == 1.0
@@ -37,7 +38,7 @@ def test_scale_and_quantize_are_symmetric_int8():
 @given(st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=1, max_size=30))
 def test_quantization_error_is_at_most_half_a_level(values):
     s = scale_for(values)
-    q = quantize(values, s)
+    q = np.array(quantize(values, s))
     assert np.all(np.abs(q) <= 127)
     assert np.all(np.abs(q * s - np.array(values)) <= s / 2 * (1 + 1e-9))
 
@@ -74,12 +75,14 @@ def test_requant_scalar_and_array_agree_with_fractions(acc, m, s, relu):
     want = max(0, want) if relu else want
     assert requant(acc, m, s, relu) == want
     assert requant(np.array([acc]), m, s, relu).tolist() == [want]
+    assert requant([acc, acc], m, s, relu) == [want, want]
 
 
 def test_matmul_int8_is_exact_and_checks_its_operands():
     a = np.full((1, 64), -128)
     b = np.full((64, 2), -128)
     assert matmul_int8(a, b).tolist() == [[2 ** 20, 2 ** 20]]
+    assert matmul_int8([[1, 2], [3, -4]], [[5], [6]]) == [[17], [-9]]     # lists in, lists out
     with pytest.raises(ValueError):
         matmul_int8([[128]], [[1]])
 
