@@ -1,0 +1,315 @@
+"""bench_grader: how fast the autograder grades, and the same submissions graded by otter-grader.
+
+Measured here, in one run (``python -m bench grader``, or ``make bench``):
+
+1. the median wall time to grade one ``attend_step`` submission (a notebook), in the grader's
+   process (``graders.grade_file``) and through the command line (``python -m graders grade``,
+   which adds an interpreter start-up);
+2. where the time of one submission goes: an empty sandbox (bubblewrap and the interpreter), the
+   same importing numpy, and the whole grading;
+3. a batch of 200 distinct ``attend_step`` submissions with ``--jobs 1`` and ``--jobs 2``:
+   throughput and speed-up (the batch is limited by the cores when 2 jobs give about twice 1);
+4. otter-grader's local runner (``otter run``) on the first few of the same submissions, from a
+   scratch virtual environment of this benchmark's own (``_build/bench/otter-venv``, created with
+   ``pip install otter-grader`` on first use: a peer to compare with, not a dependency), with an
+   otter autograder whose tests check what ours do; the ratio of the medians is reported.  When
+   otter cannot be installed or run here, the benchmark says exactly why.
+
+Set ``BENCH_GRADER_N`` for a smaller batch (default 200) and ``BENCH_OTTER_N`` for the number of
+submissions otter grades (default 8; each takes seconds).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "_build" / "bench" / "grader"
+OTTER_VENV = ROOT / "_build" / "bench" / "otter-venv"
+
+
+# ------------------------------------------------------------------------------ submissions
+
+
+def _answer_source(i: int) -> str:
+    """A correct attend_step, written a few different ways (so the batch is not one file 200 times)."""
+    variants = [
+        """
+        def attend_step(x_t, cache, p):
+            q, k, v = x_t @ p["Wq"], x_t @ p["Wk"], x_t @ p["Wv"]
+            K = np.vstack([cache["k"], k[None]])
+            V = np.vstack([cache["v"], v[None]])
+            s = K @ q / np.sqrt(q.shape[0])
+            w = np.exp(s - s.max())
+            return (w / w.sum()) @ V, {"k": K, "v": V}
+        """,
+        """
+        def attend_step(x_t, cache, p):
+            q = x_t @ p["Wq"]
+            K = np.concatenate([cache["k"], (x_t @ p["Wk"])[None, :]], axis=0)
+            V = np.concatenate([cache["v"], (x_t @ p["Wv"])[None, :]], axis=0)
+            scores = K @ q / math.sqrt(len(q))
+            weights = np.exp(scores - np.max(scores))
+            weights = weights / np.sum(weights)
+            return weights @ V, {"k": K, "v": V}
+        """,
+        """
+        def softmax(s):
+            e = np.exp(s - s.max())
+            return e / e.sum()
+
+        def attend_step(x_t, cache, p):
+            q, k, v = (x_t @ p[name] for name in ("Wq", "Wk", "Wv"))
+            new = {"k": np.vstack([cache["k"], k]), "v": np.vstack([cache["v"], v])}
+            return softmax(new["k"] @ q / np.sqrt(q.size)) @ new["v"], new
+        """,
+    ]
+    return "import math\nimport numpy as np\n" + textwrap.dedent(variants[i % len(variants)]) + f"\n# learner {i}\n"
+
+
+def make_submissions(folder: Path, n: int) -> list[Path]:
+    """``n`` distinct attend_step notebooks, as learners hand them in (scratch cells included)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    paths = []
+    for i in range(n):
+        cells = [
+            {"cell_type": "markdown", "metadata": {}, "source": "# attend_step"},
+            {"cell_type": "code", "metadata": {"tags": ["answer"]}, "execution_count": None, "outputs": [],
+             "source": _answer_source(i)},
+            {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+             "source": "x = np.ones(2)\nprint(attend_step(x, {'k': np.zeros((0, 2)), 'v': np.zeros((0, 2))},"
+                       " {'Wq': np.eye(2), 'Wk': np.eye(2), 'Wv': np.eye(2)}))\n"},
+        ]
+        nb = {"cells": cells, "metadata": {"kvcourse": {"exercise": "attend_step", "chapter": 2},
+                                           "kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                          "language": "python"}},
+              "nbformat": 4, "nbformat_minor": 5}
+        path = folder / f"learner{i:03d}-attend_step.ipynb"
+        path.write_text(json.dumps(nb, indent=1))
+        paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------------------- ours
+
+
+def _median_time(fn, repeat: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times
+
+
+def bench_one(paths: list[Path]) -> dict:
+    from graders import grade_file
+    from graders.sandbox import Limits, Sandbox
+
+    grade_file(paths[0])                                  # warm: tests and expected values built once
+    results = []
+
+    def one():
+        results.append(grade_file(paths[len(results) % len(paths)]))
+    median, times = _median_time(one, 15)
+    assert all(r["score"] == r["max_score"] for r in results), "a correct submission lost points"
+
+    def cli():
+        subprocess.run([sys.executable, "-m", "graders", "grade", str(paths[0])], cwd=ROOT,
+                       capture_output=True, check=True)
+    cli_median, _ = _median_time(cli, 5)
+
+    # Where the time goes: an empty sandbox, then one that imports numpy.
+    sandbox = Sandbox("auto")
+    folder = Path(tempfile.mkdtemp(prefix="bench-empty-"))
+    try:
+        folder.chmod(0o755)
+        (folder / "submission.py").write_text("pass\n")
+        (folder / "spec.json").write_text(json.dumps({"limits": {}, "cases": []}))
+        for p in folder.iterdir():
+            p.chmod(0o644)
+        empty, _ = _median_time(lambda: sandbox.run(folder, Limits(), {}), 7)
+    finally:
+        shutil.rmtree(folder)
+    return {"median": median, "min": min(times), "max": max(times), "cli_median": cli_median,
+            "empty_sandbox": empty, "isolation": results[0]["isolation"],
+            "tests": len(results[0]["tests"])}
+
+
+def bench_batch(folder: Path, jobs: int) -> dict:
+    from graders.batch import run_batch
+    out = OUT / f"gradebook-jobs{jobs}.csv"
+    results = OUT / f"results-jobs{jobs}"
+    shutil.rmtree(results, ignore_errors=True)
+    start = time.perf_counter()
+    summary = run_batch(folder, "attend_step", out, jobs=jobs, results_dir=results, force=True, progress=False)
+    elapsed = time.perf_counter() - start
+    assert summary["statuses"] == {"ok": summary["submissions"]}, summary["statuses"]
+    return {"seconds": elapsed, "per_second": summary["submissions"] / elapsed, "n": summary["submissions"]}
+
+
+# ---------------------------------------------------------------------------------- otter
+
+OTTER_TEST = '''OK_FORMAT = True
+
+test = {
+    "name": "attend_step",
+    "points": 19,
+    "suites": [
+        {
+            "cases": [
+                {"code": """>>> import numpy as np
+>>> def _ref(X, p):
+...     Q, K, V = X @ p["Wq"], X @ p["Wk"], X @ p["Wv"]
+...     rows = []
+...     for t in range(len(X)):
+...         s = K[:t + 1] @ Q[t] / np.sqrt(Q.shape[1])
+...         w = np.exp(s - s.max()); w = w / w.sum()
+...         rows.append(w @ V[:t + 1])
+...     return np.array(rows)
+>>> def _decode(X, p, d):
+...     cache = {"k": np.zeros((0, d)), "v": np.zeros((0, d))}
+...     outs = []
+...     for x in X:
+...         before = {k: v.copy() for k, v in cache.items()}
+...         out, new = attend_step(x, cache, p)
+...         assert all(np.array_equal(before[k], cache[k]) for k in cache)
+...         assert out.shape == (d,) and new["k"].shape == (len(outs) + 1, d)
+...         outs.append(out); cache = new
+...     return np.array(outs)
+>>> rng = np.random.default_rng(0)
+>>> ok = True
+>>> for D, d, T in [(2, 2, 3), (4, 3, 1), (7, 5, 9), (3, 1, 6), (4, 4, 5), (16, 8, 30), (3, 2, 4), (5, 7, 6), (8, 3, 11), (2, 5, 3), (11, 6, 7), (4, 4, 13)]:
+...     X = rng.standard_normal((T, D))
+...     p = {k: rng.standard_normal((D, d)) for k in ("Wq", "Wk", "Wv")}
+...     ok = ok and np.allclose(_decode(X, p, d), _ref(X, p), rtol=1e-9, atol=1e-12)
+>>> bool(ok)
+True
+""", "hidden": False, "locked": False},
+            ],
+            "scored": True, "setup": "", "teardown": "", "type": "doctest",
+        }
+    ],
+}
+'''
+
+
+def _otter_setup(log) -> tuple[Path | None, str]:
+    """The otter executable in the benchmark's own venv (created on first use), or why not."""
+    otter = OTTER_VENV / "bin" / "otter"
+    if otter.exists():
+        return otter, ""
+    log("creating the otter-grader venv (first run only): " + str(OTTER_VENV))
+    try:
+        if not (OTTER_VENV / "bin" / "python").exists():
+            subprocess.run([sys.executable, "-m", "venv", str(OTTER_VENV)], check=True, capture_output=True,
+                           timeout=300)
+        pip = subprocess.run([str(OTTER_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                              "--disable-pip-version-check", "otter-grader", "ipykernel", "numpy"],
+                             capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"could not create {OTTER_VENV}: {err}"
+    if pip.returncode != 0 or not otter.exists():
+        tail = (pip.stderr or pip.stdout).strip().splitlines()[-3:]
+        return None, "pip install otter-grader failed: " + " | ".join(tail)
+    return otter, ""
+
+
+def _otter_autograder(work: Path, otter: Path) -> tuple[Path | None, str]:
+    """An otter autograder zip for attend_step (``otter generate`` on a tests folder)."""
+    tests = work / "tests"
+    tests.mkdir(parents=True, exist_ok=True)
+    (tests / "attend_step.py").write_text(OTTER_TEST)
+    (work / "requirements.txt").write_text("numpy\n")
+    proc = subprocess.run([str(otter), "generate", "--tests-dir", "tests", "--output-path", "autograder.zip",
+                           "--requirements", "requirements.txt"],
+                          cwd=work, capture_output=True, text=True, timeout=600)
+    zip_path = work / "autograder.zip"
+    if proc.returncode != 0 or not zip_path.exists():
+        return None, "otter generate failed: " + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+    return zip_path, ""
+
+
+def bench_otter(paths: list[Path], log) -> dict:
+    otter, why = _otter_setup(log)
+    if otter is None:
+        return {"error": why}
+    work = OUT / "otter"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    zip_path, why = _otter_autograder(work, otter)
+    if zip_path is None:
+        return {"error": why}
+    times, scores = [], []
+    env = {**os.environ, "PATH": f"{OTTER_VENV / 'bin'}:{os.environ.get('PATH', '')}"}
+    for i, path in enumerate(paths):
+        out = work / f"out{i}"
+        out.mkdir()
+        start = time.perf_counter()
+        proc = subprocess.run([str(otter), "run", "-a", str(zip_path), "-o", str(out), str(path)],
+                              cwd=work, capture_output=True, text=True, timeout=600, env=env)
+        times.append(time.perf_counter() - start)
+        results = out / "results.json"
+        if proc.returncode != 0 or not results.exists():
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
+            return {"error": f"otter run failed on {path.name} (exit {proc.returncode}): {tail}"}
+        data = json.loads(results.read_text())
+        scores.append((data.get("score"), sum(t.get("max_score", 0) or 0 for t in data.get("tests", []))))
+    version = subprocess.run([str(otter), "--version"], capture_output=True, text=True).stdout.strip()
+    return {"median": statistics.median(times), "times": times, "scores": scores, "version": version}
+
+
+# ----------------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    n = int(os.environ.get("BENCH_GRADER_N", "200"))
+    n_otter = int(os.environ.get("BENCH_OTTER_N", "8"))
+    log = lambda text: print(text, flush=True)  # noqa: E731
+    OUT.mkdir(parents=True, exist_ok=True)
+    folder = OUT / "submissions"
+    paths = make_submissions(folder, n)
+    log(f"{n} distinct attend_step notebooks in {folder} (machine: {os.cpu_count()} cores)")
+
+    one = bench_one(paths)
+    log(f"one submission ({one['tests']} hidden tests, isolation {one['isolation']}): median "
+        f"{one['median'] * 1000:.0f} ms in-process (min {one['min'] * 1000:.0f}, max {one['max'] * 1000:.0f}), "
+        f"{one['cli_median'] * 1000:.0f} ms through 'python -m graders grade'")
+    log(f"  of which an empty sandbox (start-up, no numpy): {one['empty_sandbox'] * 1000:.0f} ms")
+    log(f"  goal under 1 s a submission: {'met' if one['median'] < 1.0 else 'NOT met'}")
+
+    serial = bench_batch(folder, 1)
+    parallel = bench_batch(folder, 2)
+    speedup = serial["seconds"] / parallel["seconds"]
+    log(f"batch of {n}: --jobs 1 {serial['seconds']:.1f} s ({serial['per_second']:.2f} submissions/s), "
+        f"--jobs 2 {parallel['seconds']:.1f} s ({parallel['per_second']:.2f} submissions/s): "
+        f"speed-up {speedup:.2f}x on 2 cores")
+    log(f"  per submission in the batch: {parallel['seconds'] / n * 1000:.0f} ms with 2 jobs "
+        f"(start-up share of one grading: {one['empty_sandbox'] / one['median'] * 100:.0f}%)")
+
+    log(f"otter-grader: 'otter run' on the first {n_otter} of the same submissions")
+    otter = bench_otter(paths[:n_otter], log)
+    if "error" in otter:
+        log(f"  otter could not be measured here: {otter['error']}")
+        log("  ratio otter / ours: not measured")
+    else:
+        ratio = otter["median"] / one["median"]
+        log(f"  {otter['version']}: median {otter['median']:.2f} s per submission (scores {otter['scores'][:3]}...)")
+        log(f"  ratio otter run / ours, median per submission, measured in this run: {ratio:.1f}x "
+            f"(ours through the CLI: {otter['median'] / one['cli_median']:.1f}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
