@@ -26,7 +26,7 @@ times V 4 output columns at a time, RQ to int8, ST.
 step to step, and runs both programs at every step.  The checks of this builder live in
 ``ga2.checks`` and are reached here through ``int_reference``, ``stagewise_problems`` and
 ``check_pipeline``; ``ga2.mutants`` breaks the builder below one line at a time.  Mutants
-are anchored on the text of this file: keep each instruction on its own line.
+are anchored on pieces of the text of this file (see the test that finds each anchor once).
 """
 from __future__ import annotations
 
@@ -165,7 +165,8 @@ def project(x_addr: int, w_addr: int, acc_addr: int, rows: int, acc_stride: int)
     for block in range(_ceil_div(rows, 4)):
         block_rows = min(4, rows - 4 * block)
         for col in range(D // 4):
-            tiles.append(build("MM", dst=acc_addr + 4 * block * acc_stride + 4 * col, A=x_addr + 4 * block * DM, B=w_addr + 4 * col, M=block_rows, K=DM, N=4, tb=0, lda=DM, ldb=D, ldc=acc_stride))
+            tiles.append(build("MM", dst=acc_addr + 4 * block * acc_stride + 4 * col, A=x_addr + 4 * block * DM,
+                               B=w_addr + 4 * col, M=block_rows, K=DM, N=4, tb=0, lda=DM, ldb=D, ldc=acc_stride))
     return tiles
 
 
@@ -174,14 +175,16 @@ def attention_tail(L: int, P: dict) -> list:
     tail = []
     for tile in range(_ceil_div(L, 4)):  # scores of up to 4 positions: q (1 x D) times 4 key rows read as columns
         n = min(4, L - 4 * tile)
-        tail.append(build("MM", dst=SP_S + 4 * tile, A=SP_Q8, B=SP_KC + 4 * tile * D, M=1, K=D, N=n, tb=1, lda=D, ldb=D, ldc=4))
+        tail.append(build("MM", dst=SP_S + 4 * tile, A=SP_Q8, B=SP_KC + 4 * tile * D,
+                          M=1, K=D, N=n, tb=1, lda=D, ldb=D, ldc=4))
     tail += [
         requantize(SP_S8, SP_S, L, P["scores"]),
         build("SM", dst=SP_P, src=SP_S8, len=L),
         requantize(SP_W, SP_P, L, P["weights"]),
     ]
     for col in range(D // 4):  # 4 output columns at a time: weights (1 x L) times V (L x 4)
-        tail.append(build("MM", dst=SP_O + 4 * col, A=SP_W, B=SP_VC + 4 * col, M=1, K=L, N=4, tb=0, lda=L, ldb=D, ldc=4))
+        tail.append(build("MM", dst=SP_O + 4 * col, A=SP_W, B=SP_VC + 4 * col,
+                          M=1, K=L, N=4, tb=0, lda=L, ldb=D, ldc=4))
     tail += [
         requantize(dst=SP_O8, src=SP_O, n=D, params=P["out"]),
         build("ST", src=SP_O8, dst=EX_OUT, len=D),
