@@ -10,7 +10,10 @@ Measures, in one run, with ``time.perf_counter`` wall time:
 3. the whole mutation table (23 mutants + 2 equivalent changes, 2 worker processes; goal:
    under 60 s), with the numpy machine and then with the naive one.  Both use the same
    checks and the same early exit (a mutant's run stops once every check has caught it), so
-   the ratio between them is the simulator's alone.  The naive table is run
+   the ratio between them is the simulator's alone.  For scale, the seed's way of building
+   the table (three separate full runs per mutant, one per check, no early exit) is
+   EXTRAPOLATED for both machines from measured runs of each check alone on the correct
+   builder: 25 x (t_b + t_c + t_d) / 2 workers.  The naive table is run
    in full when ``GA2_BENCH_NAIVE_TABLE`` is not ``0``; otherwise its time is extrapolated from
    the naive ``check_pipeline`` time and clearly labelled so.
 
@@ -120,6 +123,15 @@ def main() -> int:
         estimate = table * naive_pipeline / pipeline
         print(f"  naive interpreter: ~{estimate:6.1f} s EXTRAPOLATED (table time x the check_pipeline ratio "
               f"{naive_pipeline / pipeline:.1f}; not run: GA2_BENCH_NAIVE_TABLE=0)")
+
+    print("\n== 4. for scale: the seed's way, three separate full runs per mutant (one per check), no early exit")
+    naive_builder = _naive_builder()
+    for name, builder in (("numpy machine", attn), ("naive interpreter", naive_builder)):
+        single = [_best_of(lambda kw=kw: checks.check_pipeline(builder, **kw), repeats=1)
+                  for kw in ({"bound": mutants.BOUND}, {"exact": True}, {"stagewise": True})]
+        estimate = len(results) * sum(single) / 2
+        print(f"  {name:17s}  (b) {single[0]:5.2f} s  (c) {single[1]:5.2f} s  (d) {single[2]:5.2f} s per run:  "
+              f"table ~{estimate:6.1f} s EXTRAPOLATED ({estimate / table:.0f}x the measured table above)")
     print(f"\nload average at end: {_load()}")
     return 0
 
