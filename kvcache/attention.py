@@ -54,8 +54,8 @@ def softmax(scores, axis=-1):
 
     Subtracting m changes nothing mathematically (the factor exp(-m) cancels) but
     keeps every exponent <= 0, so exp never overflows, and the largest term is
-    exactly 1, so the sum is at least 1.  Entries of -inf get weight exactly 0.
-    Shape in = shape out.
+    exactly 1, so the sum is at least 1.  Entries of -inf get weight exactly 0 (a row that is
+    all -inf has no weights to give and comes out as nan).  Shape in = shape out.
     """
     s = np.asarray(scores, dtype=np.float64)
     m = np.max(s, axis=axis, keepdims=True)       # (..., 1, ...)

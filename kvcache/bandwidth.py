@@ -21,14 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .decode_timing import median_time
+from .memory import MIB
+
 __all__ = [
     "CacheLevel", "cpu_caches", "last_level_cache_bytes",
     "CopyMeasurement", "copy_bandwidth",
     "decode_attention", "StepMeasurement", "measure_decode_attention", "achieved_bandwidth_beyond",
 ]
-
-MIB = 2**20
-
 
 @dataclass(frozen=True)
 class CacheLevel:
@@ -143,21 +143,6 @@ class StepMeasurement:
         return self.cache_bytes / self.seconds
 
 
-def _time_call(fn, repeats: int, min_seconds: float) -> float:
-    """Median over ``repeats`` samples of the time of one call; each sample loops long enough."""
-    start = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, math.ceil(min_seconds / once))
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples)
-
-
 def measure_decode_attention(cache_mib=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), head_dim: int = 128,
                              dtype=np.float32, repeats: int = 5, min_seconds: float = 0.01,
                              seed: int = 0) -> list[StepMeasurement]:
@@ -178,7 +163,7 @@ def measure_decode_attention(cache_mib=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), 
     out = []
     for t in sizes:
         K, V = K_all[:t], V_all[:t]
-        seconds = _time_call(lambda: decode_attention(q, K, V), repeats, min_seconds)
+        seconds = median_time(lambda: decode_attention(q, K, V), repeats, min_sample=min_seconds)
         out.append(StepMeasurement(t, head_dim, dtype.itemsize, seconds))
     return out
 

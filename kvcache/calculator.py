@@ -16,6 +16,7 @@ cannot run widgets.  A test (or a reader) drives the widget by setting values::
 from __future__ import annotations
 
 import html
+from contextlib import contextmanager
 
 import ipywidgets as W
 
@@ -190,38 +191,39 @@ class CacheCalculator:
         self.update()
 
     # -- presets --------------------------------------------------------------------------
+    @contextmanager
+    def _applying_values(self):
+        """Set several fields at once: their observers neither recompute nor reset the presets
+        until the block ends (the caller then calls ``update`` once)."""
+        self._applying = True
+        try:
+            yield
+        finally:
+            self._applying = False
+
     def _apply_model(self, key: str) -> None:
         if key == "custom" or key not in MODELS:
             return
         m = MODELS[key]
-        self._applying = True
-        try:
+        with self._applying_values():
             self.layers.value, self.kv_heads.value, self.head_dim.value = m.n_layers, m.n_kv_heads, m.head_dim
             self.weights.value = m.weight_bytes(2) / UNITS[self.unit.value]
-        finally:
-            self._applying = False
         self.update()
 
     def _apply_gpu(self, key: str) -> None:
         if key == "custom" or key not in GPUS:
             return
-        self._applying = True
-        try:
+        with self._applying_values():
             self.gpu_memory.value = GPUS[key].memory_bytes / UNITS[self.unit.value]
-        finally:
-            self._applying = False
         self.update()
 
     def _unit_changed(self, change) -> None:
         """Keep the presets' byte counts when the unit changes; custom values keep their number."""
-        self._applying = True
-        try:
+        with self._applying_values():
             if self.model_preset.value in MODELS:
                 self.weights.value = MODELS[self.model_preset.value].weight_bytes(2) / UNITS[change["new"]]
             if self.gpu_preset.value in GPUS:
                 self.gpu_memory.value = GPUS[self.gpu_preset.value].memory_bytes / UNITS[change["new"]]
-        finally:
-            self._applying = False
         self.update()
 
     def _model_field_changed(self, change) -> None:
@@ -234,11 +236,8 @@ class CacheCalculator:
                     (m.n_layers, m.n_kv_heads, m.head_dim)
                     and self._bytes(self.weights.value) == m.weight_bytes(2))
             if not same:
-                self._applying = True
-                try:
+                with self._applying_values():
                     self.model_preset.value = "custom"
-                finally:
-                    self._applying = False
         self.update()
 
     def _gpu_field_changed(self, change) -> None:
@@ -246,11 +245,8 @@ class CacheCalculator:
             return
         key = self.gpu_preset.value
         if key in GPUS and self._bytes(self.gpu_memory.value) != GPUS[key].memory_bytes:
-            self._applying = True
-            try:
+            with self._applying_values():
                 self.gpu_preset.value = "custom"
-            finally:
-                self._applying = False
         self.update()
 
     # -- the arithmetic and the display ---------------------------------------------------------

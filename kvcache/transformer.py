@@ -9,9 +9,10 @@ fixed seed), so the words it picks mean nothing.  What it shows is where each pi
         x = x + FFN(LN(x))                                  feed-forward, residual
     LN -> final linear layer (logits, one per word) -> softmax (probabilities)
 
-Each head is ``kvcache.attention``: ``prefill`` for a whole prompt and ``attend_step`` (Chapter 2's
-decode step, with its KV cache) for one new token.  The normalisation comes before each sub-layer
-("pre-norm", as in most decoder-only models); the original Transformer put it after the residual.
+Each head is ``kvcache.attention``: ``prefill_with_cache`` for a whole prompt and ``attend_step``
+(Chapter 2's decode step, with its KV cache) for one new token.  The normalisation comes before
+each sub-layer ("pre-norm", as in most decoder-only models); the original Transformer put it
+after the residual.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import attend_step, causal_attention, empty_cache, project
+from .attention import attend_step, prefill_with_cache, softmax
 
 __all__ = ["TinyConfig", "VOCAB", "positional_encoding", "layer_norm", "init_model", "forward",
            "decode_step", "prefill", "greedy", "beam_search", "sequence_logprob", "softmax"]
@@ -30,6 +31,9 @@ VOCAB = ("<eos>", "the", "cache", "keeps", "keys", "and", "values", "for", "ever
 
 @dataclass(frozen=True)
 class TinyConfig:
+    """Sizes of the tiny model: D = d_model, H = n_heads heads of width d = head_dim (H d = D here),
+    a feed-forward hidden layer of d_ff, positional encodings for max_len positions."""
+
     vocab_size: int = len(VOCAB)
     d_model: int = 16
     n_heads: int = 2
@@ -37,12 +41,6 @@ class TinyConfig:
     n_layers: int = 2
     d_ff: int = 32
     max_len: int = 64
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    """Stable softmax over the last axis."""
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def positional_encoding(n_positions: int, d_model: int) -> np.ndarray:
@@ -67,7 +65,11 @@ def layer_norm(x: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float = 1
 
 
 def init_model(cfg: TinyConfig = TinyConfig(), seed: int = 0) -> dict:
-    """Random weights: N(0, 1/fan_in) matrices, unit norm gains, zero biases."""
+    """Random weights: N(0, 1/fan_in) matrices, layer-norm gains of 1, zero biases.
+
+    The output layer's weights are 3 times larger than that, which spreads out the untrained
+    model's next-word probabilities (logits of spread about 3 rather than 1).
+    """
     rng = np.random.default_rng(seed)
     D, d, H, F = cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.d_ff
 
@@ -88,6 +90,7 @@ def init_model(cfg: TinyConfig = TinyConfig(), seed: int = 0) -> dict:
 
 
 def _ffn(x: np.ndarray, layer: dict) -> np.ndarray:
+    """The feed-forward block, token by token: ReLU(x W1 + b1) W2 + b2, (..., D) -> (..., D)."""
     return np.maximum(x @ layer["W1"] + layer["b1"], 0.0) @ layer["W2"] + layer["b2"]
 
 
@@ -104,9 +107,9 @@ def prefill(tokens, model: dict) -> tuple[np.ndarray, list]:
         h = layer_norm(x, *layer["ln1"])
         outs, layer_caches = [], []
         for p in layer["heads"]:
-            Q, K, V = project(h, p)
-            outs.append(causal_attention(Q, K, V))
-            layer_caches.append({"k": K, "v": V})
+            out, cache = prefill_with_cache(h, p)     # (T, d) and {"k": (T, d), "v": (T, d)}
+            outs.append(out)
+            layer_caches.append(cache)
         x = x + np.concatenate(outs, axis=-1) @ layer["Wo"]
         x = x + _ffn(layer_norm(x, *layer["ln2"]), layer)
         caches.append(layer_caches)
@@ -140,11 +143,6 @@ def decode_step(token: int, position: int, caches: list, model: dict) -> tuple[n
     return layer_norm(x, *model["ln_f"]) @ model["W_out"], new_caches
 
 
-def _empty_caches(model: dict) -> list:
-    cfg = model["cfg"]
-    return [[empty_cache(cfg.head_dim) for _ in range(cfg.n_heads)] for _ in range(cfg.n_layers)]
-
-
 def greedy(prompt, n_new: int, model: dict, eos: int = 0) -> list[int]:
     """Greedy decoding: prefill the prompt, then take the most likely word, ``n_new`` times or to <eos>."""
     logits, caches = prefill(prompt, model)
@@ -168,8 +166,10 @@ def sequence_logprob(tokens, n_prompt: int, model: dict) -> float:
 def beam_search(prompt, n_new: int, model: dict, beam_width: int = 2, eos: int = 0) -> list[tuple[list[int], float]]:
     """Beam search: keep the ``beam_width`` best partial sequences by total log-probability.
 
-    Each beam carries its own caches (a beam that is extended twice is copied, which is the
-    cache reordering of Chapter 7).  Returns the finished and unfinished beams, best first.
+    Each beam carries its own caches: ``decode_step`` returns new caches and leaves its input
+    alone, so two beams that share a prefix can both extend it (a serving engine instead reorders
+    one batched cache by beam index every step).  Returns the finished and unfinished beams, best
+    first.
     """
     logits, caches = prefill(prompt, model)
     beams = [(list(prompt), 0.0, np.log(softmax(logits[-1])), caches)]
