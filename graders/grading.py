@@ -79,7 +79,8 @@ def job_files(exercise: str, limits: Limits) -> tuple[bytes, bytes]:
             "cases": cases}
     import io
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    if arrays:
+        np.savez(buf, **arrays)
     files = (json.dumps(spec).encode(), buf.getvalue())
     _job_cache[key] = files
     return files
@@ -99,7 +100,8 @@ def _write_job(folder: Path, source: str, exercise: str, limits: Limits) -> None
     spec, npz = job_files(exercise, limits)
     (folder / "submission.py").write_text(source, encoding="utf-8")
     (folder / "spec.json").write_bytes(spec)
-    (folder / "inputs.npz").write_bytes(npz)
+    if npz:
+        (folder / "inputs.npz").write_bytes(npz)
     folder.chmod(0o755)
     for p in folder.iterdir():
         p.chmod(0o644)
