@@ -89,7 +89,7 @@ def _to_int8(real) -> np.ndarray:
 def stagewise_problems(example, step) -> list[str]:
     """Stages of a decode step whose int8 values stray more than one level from their meaning.
 
-    From the scratchpad after the cached program of step t (``step.spad``), each stage is
+    From the scratchpad after the cached program of step t (``step["spad"]``), each stage is
     compared with the real-number arithmetic on the previous stage's int8 values:
 
         q       q8  ~ (x8[t-1] W8q) * sx * swq / sq
@@ -98,8 +98,8 @@ def stagewise_problems(example, step) -> list[str]:
         weights w8  ~ softmax(s8 / 16) * 127
         output  o8  ~ (w8 / 127) (V8 sv) / so
     """
-    t, s = step.t, example["scales"]
-    words = np.asarray(step.spad, dtype=np.int64)
+    t, s = step["t"], example["scales"]          # a DecodeStep, or a mapping with "t" and "spad"
+    words = np.asarray(step["spad"], dtype=np.int64)
     xq, wq, wk, wv = _int8_operands(example, t)
     problems = []
 

@@ -6,6 +6,9 @@
 Fields appear in ``FIELDS[op]`` order, every one of them (defaults included), so
 ``assemble(disassemble(i)) == i``.  A listing numbers the lines (``  4 MM ...``);
 ``assemble`` accepts and ignores that number, and anything after ``#``.
+
+One instruction is one line: ``disassemble`` of a program (a list) gives its lines, and
+``assemble`` of text with several instruction lines gives the list back.
 """
 from __future__ import annotations
 
@@ -19,18 +22,28 @@ class AssemblyError(ValueError):
 
 
 def disassemble(ins) -> str:
-    """One line of text, e.g. ``LD dst=0 src=32 len=16``."""
+    """One line of text, e.g. ``LD dst=0 src=32 len=16``; for a program, one line each."""
+    if isinstance(ins, (list, tuple)):
+        return "\n".join(disassemble(item) for item in ins)
     ins = as_instr(ins)
     parts = [ins.op] + [f"{name}={value}" for name, value in ins.fields.items()]
     return " ".join(parts)
 
 
-def assemble(line: str) -> Instr:
-    """The instruction written on ``line`` (the inverse of ``disassemble``).
+def assemble(text: str):
+    """The instruction written on a line (the inverse of ``disassemble``).
 
-    A leading line number and a trailing ``# comment`` are ignored.  Missing fields
-    take their defaults (``tb``, ``relu``); anything else wrong raises ``AssemblyError``.
+    A leading line number and a trailing ``# comment`` are ignored.  Missing fields take
+    their defaults (``tb``, ``relu``); anything else wrong raises ``AssemblyError``.  Text
+    with several instruction lines is a program: the list of its instructions comes back.
     """
+    lines = [line for line in text.splitlines() if line.split("#", 1)[0].strip()]
+    if len(lines) > 1:
+        return [_assemble_line(line) for line in lines]
+    return _assemble_line(text)
+
+
+def _assemble_line(line: str) -> Instr:
     words = line.split("#", 1)[0].split()
     if words and words[0].isdigit():
         words = words[1:]
@@ -60,5 +73,5 @@ def format_listing(program) -> str:
 
 def parse_listing(text: str) -> list[Instr]:
     """Every instruction of a listing; blank and comment-only lines are skipped."""
-    return [assemble(line) for line in text.splitlines() if line.split("#", 1)[0].strip()]
+    return [_assemble_line(line) for line in text.splitlines() if line.split("#", 1)[0].strip()]
 

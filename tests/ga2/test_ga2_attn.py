@@ -145,6 +145,7 @@ def test_sequence_persists_the_cache_and_both_programs_agree():
         assert step.cached.output == step.recompute.output == attn.int_reference(ex, step.t)
         assert step["cached"][2] == step.cached.output                   # seed-style access
         assert attn.stagewise_problems(ex, step) == []
+        assert attn.stagewise_problems(ex, {"t": step.t, "spad": list(step.spad)}) == []   # a plain mapping
 
 
 def test_stagewise_check_sees_a_value_off_by_two_levels():

@@ -78,6 +78,14 @@ def test_assemble_reads_listing_lines():
     assert isa.parse_listing(text) == [build("LD", dst=0, src=32, len=16), build("HALT")]
 
 
+def test_programs_are_lines_both_ways():
+    program = [build("LD", dst=0, src=32, len=16), assemble(SEED_LINE), build("HALT")]
+    text = disassemble(program)
+    assert text.splitlines()[1] == SEED_LINE and text.splitlines()[2] == "HALT"
+    assert assemble(text) == program
+    assert assemble(isa.format_listing(program)) == program   # numbered lines too
+
+
 @pytest.mark.parametrize("line", ["", "FOO dst=1", "LD dst=1 src=2", "LD dst=1 src=2 len=x", "LD dst src=1 len=2",
                                   "LD dst=1 dst=1 src=2 len=3", "HALT len=2"])
 def test_assemble_refuses_bad_lines(line):
