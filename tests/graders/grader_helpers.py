@@ -1,4 +1,4 @@
-"""Shared helpers of the grader's tests.
+"""Shared helpers of the grader's tests (imported by name: tests/ has no packages).
 
 Submissions are written as text by the tests (or read from ``hostile/``) and graded with tight
 limits so that the hostile ones that hang cost a few seconds, not minutes.  Tests that need
@@ -95,7 +95,3 @@ GOOD = {
 
 GOOD = {name: textwrap.dedent(src).lstrip("\n") for name, src in GOOD.items()}
 
-
-@pytest.fixture
-def good():
-    return {name: textwrap.dedent(src) for name, src in GOOD.items()}

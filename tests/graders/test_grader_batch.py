@@ -12,7 +12,7 @@ import pytest
 from graders import Limits, registry
 from graders.batch import run_batch
 
-from conftest import FAST, GOOD, HOSTILE, PYTHON, ROOT
+from grader_helpers import FAST, GOOD, HOSTILE, PYTHON, ROOT
 
 SLOW_GOOD = GOOD["kv_cache_bytes"].replace(
     "def kv_cache_bytes(", "import time\ndef kv_cache_bytes(").replace(

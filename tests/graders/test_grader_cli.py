@@ -7,7 +7,7 @@ import pytest
 
 from graders import cli
 
-from conftest import GOOD, PYTHON, ROOT
+from grader_helpers import GOOD, PYTHON, ROOT
 
 
 def graders(*args, cwd=ROOT):

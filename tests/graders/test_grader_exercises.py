@@ -21,7 +21,7 @@ from graders.exercises import prefill_time as ex_pf
 from graders.exercises import softmax as ex_softmax
 from graders.exercises import time_per_token as ex_tpt
 
-from conftest import GOOD, ROOT, failed_outputs, grade_text
+from grader_helpers import GOOD, ROOT, failed_outputs, grade_text
 
 EXERCISES = {"softmax", "causal_attention", "attend_step", "kv_cache_bytes", "max_batch",
              "arithmetic_intensity", "time_per_token", "prefill_time"}
@@ -211,8 +211,8 @@ def test_feedback_never_reveals_expected_values(exercise):
                 assert abs(float(token)) <= 1000, (token, out)
 
 
-def test_good_answers_get_full_marks(good):
-    for exercise, source in good.items():
+def test_good_answers_get_full_marks():
+    for exercise, source in GOOD.items():
         result = grade_text(source, exercise)
         assert result["score"] == result["max_score"] and result["status"] == "ok", \
             (exercise, failed_outputs(result))

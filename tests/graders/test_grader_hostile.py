@@ -16,7 +16,7 @@ import pytest
 from graders import Limits, grade_bytes
 from graders.sandbox import Sandbox
 
-from conftest import BWRAP, FAST, GOOD, HOSTILE, grade_text, needs_bwrap
+from grader_helpers import BWRAP, FAST, GOOD, HOSTILE, grade_text, needs_bwrap
 
 VALUE_TESTS = lambda name: not any(w in name for w in ("not modified", "shape and dtype"))  # noqa: E731
 ALL_TESTS = lambda name: True  # noqa: E731

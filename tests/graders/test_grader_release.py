@@ -7,7 +7,7 @@ import pytest
 
 from graders.release import ReleaseError, make_release
 
-from conftest import PYTHON, ROOT
+from grader_helpers import PYTHON, ROOT
 
 
 def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):

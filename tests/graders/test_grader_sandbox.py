@@ -16,7 +16,7 @@ import pytest
 from graders.harness import decode
 from graders.sandbox import Limits, Sandbox
 
-from conftest import ROOT, needs_bwrap
+from grader_helpers import ROOT, needs_bwrap
 
 LIMITS = Limits(test_seconds=5.0, submission_seconds=20.0, import_seconds=10.0)
 

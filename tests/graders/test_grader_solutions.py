@@ -4,7 +4,7 @@ import pytest
 
 from graders import Limits, grade_file, registry
 
-from conftest import ROOT
+from grader_helpers import ROOT
 
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
