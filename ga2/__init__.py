@@ -14,3 +14,7 @@ The contract is ``ga2-spec.md`` (the machine) and issue #4 (this package).  Modu
     study        where the accuracy goes (``python -m ga2.study``)
     report       the seed-style tables (``python -m ga2``)
 """
+
+from . import isa, machine, quant, softmax, plan, attn, checks, mutants, study, report  # noqa: E402,F401
+
+__all__ = ["isa", "machine", "quant", "softmax", "plan", "attn", "checks", "mutants", "study", "report"]
