@@ -15,6 +15,9 @@ The contract is ``ga2-spec.md`` (the machine) and issue #4 (this package).  Modu
     report       the seed-style tables (``python -m ga2``)
 """
 
-from . import isa, machine, quant, softmax, plan, attn, checks, mutants, study, report  # noqa: E402,F401
+# The library modules come with the package; mutants, study and report are programs too
+# (python -m ga2.mutants, ...), so they are imported on demand: importing them here would
+# make ``python -m`` run a second copy.
+from . import isa, machine, quant, softmax, plan, attn, checks  # noqa: E402,F401
 
-__all__ = ["isa", "machine", "quant", "softmax", "plan", "attn", "checks", "mutants", "study", "report"]
+__all__ = ["isa", "machine", "quant", "softmax", "plan", "attn", "checks"]
