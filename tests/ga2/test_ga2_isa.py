@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from ga2 import isa
 from ga2.isa import FIELDS, Instr, assemble, build, cycle_counts, decode, disassemble, encode, wait_cycles
 
-SETTINGS = settings(max_examples=150, derandomize=True, deadline=None)
+SETTINGS = settings(max_examples=150, derandomize=True, deadline=None, database=None)
 
 SEED_LINE = "MM dst=2816 A=0 B=512 M=1 K=16 N=4 tb=0 lda=16 ldb=16 ldc=4"
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from ga2.isa import Instr, ProgramError, build, cycle_counts
 from ga2.machine import EXT_WORDS, SPAD_WORDS, Machine
 
-SETTINGS = settings(max_examples=120, derandomize=True, deadline=None)
+SETTINGS = settings(max_examples=120, derandomize=True, deadline=None, database=None)
 HALT = build("HALT")
 SMALL = 256  # a small scratchpad for the property tests, so regions overlap often
 

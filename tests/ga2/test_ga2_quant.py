@@ -11,7 +11,7 @@ from ga2.quant import (dequantize, mantissa_shift, matmul_int8, quantize, requan
 from ga2.softmax import EXP_TABLE, softmax_fixed, softmax_fixed_array, softmax_float
 from ga2_seed_figures import SEED_SOFTMAX_IN, SEED_SOFTMAX_OUT, SEED_WEIGHTS_INT8, SEED_WEIGHTS_RQ
 
-SETTINGS = settings(max_examples=200, derandomize=True, deadline=None)
+SETTINGS = settings(max_examples=200, derandomize=True, deadline=None, database=None)
 
 
 # ---------------------------------------------------------------- scales and quantization
