@@ -131,7 +131,7 @@ def main() -> int:
                   for kw in ({"bound": mutants.BOUND}, {"exact": True}, {"stagewise": True})]
         estimate = len(results) * sum(single) / 2
         print(f"  {name:17s}  (b) {single[0]:5.2f} s  (c) {single[1]:5.2f} s  (d) {single[2]:5.2f} s per run:  "
-              f"table ~{estimate:6.1f} s EXTRAPOLATED ({estimate / table:.0f}x the measured table above)")
+              f"table ~{estimate:6.1f} s EXTRAPOLATED ({estimate / table:.1f}x the measured table above)")
     print(f"\nload average at end: {_load()}")
     return 0
 
