@@ -4,7 +4,8 @@ Each exercise NAME has a module ``public_checks/NAME.py`` that defines ``CHECKS`
 a list of ``(description, check)`` pairs; ``check(fn)`` calls the learner's function
 and raises ``AssertionError`` with a readable message when the answer is wrong.
 
-``run_checks(NAME, fn)`` runs them and prints one line per check.  Starter code that
+``run_checks(NAME, fn)`` runs them, prints one line per check and returns a ``CheckReport``
+(true when every check passed; it shows nothing more in a notebook, the printed report is the answer).  Starter code that
 still raises ``NotImplementedError`` is reported as "not implemented yet" and the cell
 finishes normally, so an untouched exercise notebook runs to the end.  A wrong answer
 raises ``PublicCheckFailed`` after the report, so a solution notebook that regressed
@@ -20,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["run_checks", "load_checks", "CheckOutcome", "PublicCheckFailed", "HIDDEN_NOTE"]
+__all__ = ["run_checks", "load_checks", "evaluate", "CheckOutcome", "CheckReport", "PublicCheckFailed", "HIDDEN_NOTE"]
 
 HIDDEN_NOTE = "public tests passed; hidden tests run at grading"
 
@@ -34,6 +35,25 @@ class CheckOutcome:
     description: str
     status: str  # "passed", "failed" or "not implemented"
     message: str = ""
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What ``run_checks`` found: true when every public check passed."""
+    name: str
+    outcomes: tuple
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.outcomes) and all(o.status == "passed" for o in self.outcomes)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def _ipython_display_(self) -> None:
+        # The report was printed line by line already; a trailing "True"/"False" under it
+        # would only confuse a learner.
+        pass
 
 
 def load_checks(name: str) -> list[tuple[str, Callable]]:
@@ -64,16 +84,17 @@ def evaluate(name: str, fn: Callable) -> list[CheckOutcome]:
     return outcomes
 
 
-def run_checks(name: str, fn: Callable) -> bool:
+def run_checks(name: str, fn: Callable) -> CheckReport:
     """Print a report of the public checks of ``name`` for ``fn``.
 
-    Returns True when all pass, False when ``fn`` is not implemented yet, and raises
-    ``PublicCheckFailed`` when a check fails.
+    The report is true when all pass and false when ``fn`` is not implemented yet;
+    ``PublicCheckFailed`` is raised when a check fails.
     """
     outcomes = evaluate(name, fn)
+    report = CheckReport(name, tuple(outcomes))
     if outcomes and all(o.status == "not implemented" for o in outcomes):
         print(f"{name}: not implemented yet. Write your answer in the cell above, run it, then run this cell again.")
-        return False
+        return report
     for o in outcomes:
         mark = {"passed": "ok  ", "failed": "FAIL", "not implemented": "todo"}[o.status]
         line = f"[{mark}] {o.description}"
@@ -84,8 +105,8 @@ def run_checks(name: str, fn: Callable) -> bool:
     print(f"{passed} of {len(outcomes)} public checks passed.")
     if passed == len(outcomes):
         print(f"{name}: {HIDDEN_NOTE} (python -m graders grade exercises/{name}.ipynb).")
-        return True
+        return report
     if any(o.status == "failed" for o in outcomes):
         raise PublicCheckFailed(f"{name}: {len(outcomes) - passed} public check(s) did not pass; see the report above")
     print(f"{name}: part of the answer is not implemented yet.")
-    return False
+    return report
