@@ -32,7 +32,6 @@ import os
 import signal
 import sys
 import time
-import traceback
 
 # ----------------------------------------------------------------------------------------- codec
 
@@ -248,6 +247,7 @@ def _apply_limits(limits: dict) -> None:
 
 def _where(tb, filename: str):
     """The last frame of the submission's own code in a traceback: (line, function)."""
+    import traceback        # only when something failed: it costs start-up
     found = None
     for frame in traceback.extract_tb(tb):
         if frame.filename == filename:
@@ -260,7 +260,10 @@ def _error(err: BaseException, filename: str) -> dict:
         text = str(err)
     except BaseException:  # noqa: BLE001 - a hostile __str__
         text = ""
-    where = _where(err.__traceback__, filename)
+    try:
+        where = _where(err.__traceback__, filename)
+    except BaseException:  # noqa: BLE001 - e.g. out of memory while importing traceback
+        where = None
     info = {"type": _type_name(err), "message": text[:400]}
     if isinstance(err, SyntaxError) and err.filename == filename and err.lineno:
         where = (err.lineno, "<module>")
@@ -355,7 +358,8 @@ def _die_with_parent() -> None:
 def main(argv: list[str]) -> None:
     in_dir = argv[1]
     opts = dict(zip(argv[2::2], argv[3::2]))
-    _die_with_parent()
+    if "--pdeathsig" in opts:      # the fallback (bubblewrap's --die-with-parent covers the rest)
+        _die_with_parent()
     channel = Channel(int(opts["--channel-fd"]))
     try:
         os.set_inheritable(channel.fd, False)   # children the submission execs do not get it

@@ -304,7 +304,7 @@ class Sandbox:
                 scratch = tempfile.mkdtemp(prefix="grader-scratch-")
                 if uid is not None:
                     os.chown(scratch, uid, uid)
-                cmd = [sys.executable, "-I", "-S", "-B", str(HARNESS), str(job_dir)]
+                cmd = [sys.executable, "-I", "-S", "-B", str(HARNESS), str(job_dir), "--pdeathsig", "1"]
                 lib_arg = str(Path(public_checks).parent) if public_checks is not None else ""
                 token = secrets.token_hex(8)
                 kwargs = {"env": {**_environment(scratch), "KVGRADER_RUN": token}, "cwd": scratch}
