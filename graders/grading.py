@@ -76,6 +76,7 @@ def job_files(exercise: str, limits: Limits) -> tuple[bytes, bytes]:
                        "file_bytes": limits.tmpfs_bytes, "open_files": limits.open_files},
             "import_timeout": limits.import_seconds,
             "submission_timeout": limits.submission_seconds,
+            "give_up_after_timeouts": limits.give_up_after,
             "cases": cases}
     import io
     buf = io.BytesIO()
@@ -297,8 +298,18 @@ def _run_tests(sandbox: Sandbox, extracted: Extracted, name: str, runnable, limi
                 outcomes[run.running] = ("problem", *_death(run, test_seconds.get(run.running, 0), limits))
             remaining = [tid for tid in remaining if tid not in outcomes]
             if not remaining or run.phase == "done":
+                gave_up = next((m.get("gave_up") for m in run.messages if m.get("t") == "done"), None)
                 for tid in remaining:
-                    outcomes[tid] = ("problem", "no result came back for this test", "crashed")
+                    outcomes[tid] = (("problem", f"not run: the submission timed out on {gave_up} tests, so "
+                                                 "the others were skipped", "timeout") if gave_up else
+                                     ("problem", "no result came back for this test", "crashed"))
+                break
+            timed_out = sum(1 for o in outcomes.values() if o[0] == "problem" and o[2] == "timeout") + \
+                sum(1 for o in outcomes.values() if o[0] == "result" and o[1].get("timeout"))
+            if limits.give_up_after and timed_out >= limits.give_up_after:
+                for tid in remaining:
+                    outcomes[tid] = ("problem", f"not run: the submission timed out on {timed_out} tests, so "
+                                                "the others were skipped", "timeout")
                 break
             if run.killed in ("submission_timeout", "channel_overflow") or len(runs) > limits.max_restarts:
                 why = {"submission_timeout": f"the submission used up its time budget "

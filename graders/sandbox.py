@@ -65,6 +65,7 @@ class Limits:
     processes: int = 64                  # RLIMIT_NPROC, when the sandbox has a user id of its own
     open_files: int = 256
     max_restarts: int = 3                # relaunches after a test killed the process
+    give_up_after: int = 3               # tests timed out before the rest are skipped (0: never)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

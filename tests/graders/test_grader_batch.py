@@ -107,6 +107,11 @@ def test_a_batch_killed_at_any_moment_loses_nothing_and_resumes(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)           # the batch and everything in its group, at once
     finally:
         proc.wait(timeout=30)
+    # The sandboxes die with the batch (bubblewrap's --die-with-parent): no orphan is left.
+    deadline = time.monotonic() + 5
+    while _orphan_sandboxes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _orphan_sandboxes() == []
     done = {p.name: p.read_bytes() for p in results.glob("*.json")}
     assert 3 <= len(done) < 10, "the kill should land in the middle of the batch"
     for data in done.values():                        # every result on disk is whole
@@ -122,6 +127,21 @@ def test_a_batch_killed_at_any_moment_loses_nothing_and_resumes(tmp_path):
         assert (results / name).read_bytes() == data
     rows = read_csv(out)
     assert len(rows) == 10 and all(r["status"] == "ok" and r["score"] == r["max_score"] for r in rows.values())
+
+
+def _orphan_sandboxes() -> list[str]:
+    """bubblewrap processes whose parent is gone (reparented to PID 1)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if comm == "bwrap" and rest[0] not in "ZX" and rest[1] == "1":
+                found.append(entry)
+    return found
 
 
 def test_the_same_batch_runs_on_a_dask_cluster(tmp_path):

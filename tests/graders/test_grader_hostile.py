@@ -213,3 +213,20 @@ def test_a_pickle_payload_is_never_loaded():
     result = grade_hostile("liar_objects.py", "kv_cache_bytes")
     assert_zero(result)
     assert marker.exists() == existed
+
+
+HANG_ON_ZERO = GOOD["kv_cache_bytes"].replace(
+    "    return 2 *", "    if n_tokens == 0:\n        BLOCK\n        while True:\n            pass\n    return 2 *")
+
+
+@pytest.mark.parametrize("block", ["pass", "import signal; signal.signal(signal.SIGALRM, signal.SIG_IGN)"],
+                         ids=["harness-timer", "grader-watchdog"])
+def test_a_hang_on_one_input_costs_that_test_only(block):
+    """The harness's timer stops the call, or (timer disabled) the grader kills the sandbox and
+    relaunches it for the tests after: either way the other tests keep their points."""
+    result = grade_text(HANG_ON_ZERO.replace("BLOCK", block), "kv_cache_bytes")
+    assert result["status"] == "timeout"
+    failed = [t for t in result["tests"] if t["status"] == "failed"]
+    assert [t["name"] for t in failed] == ["no tokens cached yet (T = 0) gives 0"]
+    assert "took longer than 0.5 s" in failed[0]["output"]
+    assert result["score"] == result["max_score"] - failed[0]["max_score"]
