@@ -165,6 +165,17 @@ def make_tests() -> list[Test]:
     tests.append(Test("the first step, from an empty cache (t = 0): the output is the new value", 1,
                       [Call(FN, (x, empty, p))], first_step))
 
+    # t = 1: one cached token, two weights.
+    rng = np.random.default_rng(1013)
+    x1, p1, cache1 = rng.standard_normal(3), _random_params(rng, 3, 2), _random_cache(rng, 1, 2)
+    out1, _, _ = step(x1, cache1, p1)
+
+    def second_step(results, expected=out1, x=x1, p=p1, cache=cache1):
+        out, _ = _unpack(results[0].value)
+        check_array(out, expected, "the output", hint=lambda a: _diagnose(x, cache, p, a))
+    tests.append(Test("one step from a cache of one token (t = 1)", 1, [Call(FN, (x1, cache1, p1))],
+                      second_step))
+
     # One step from a given cache of 5 tokens.
     rng = np.random.default_rng(1002)
     x, p, cache = rng.standard_normal(6), _random_params(rng, 6, 4), _random_cache(rng, 5, 4)
