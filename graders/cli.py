@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "isolation", None) == "bwrap":
+        from .sandbox import bwrap_status
+        usable, why = bwrap_status()
+        if not usable:
+            return _usage(f"--isolation bwrap: bubblewrap cannot be used here ({why})")
     handler = {"grade": _grade, "batch": _batch, "check": _check, "release": _release, "list": _list}
     return handler[args.command](args)
 

@@ -200,7 +200,6 @@ def _grade(data, filename, name, limits, isolation, start, sha, label) -> dict:
     entries = []
     statuses = set()
     for test in tests:
-        number = test.id
         if test not in runnable:
             fns = sorted({c.fn for c in test.calls} & missing)
             entries.append(test_entry(test.name, test.points, False,
@@ -212,7 +211,6 @@ def _grade(data, filename, name, limits, isolation, start, sha, label) -> dict:
         if status:
             statuses.add(status)
         entries.append(test_entry(test.name, test.points, passed, message, test.visibility))
-        del number
 
     if not runnable:
         status = "missing"
