@@ -3,7 +3,8 @@
 Notation (used in every docstring below)::
 
     T   number of tokens in the sequence
-    t   number of tokens attended to by one query (the cache length after appending)
+    t   number of cached tokens: the keys and values one query attends to (in attend_step,
+        the rows of the cache it is given, before the new token's row is appended)
     D   model width: the size of a token's hidden state x
     d   head width: the size of one query, key or value
 

@@ -47,7 +47,8 @@ EXACT_CH3 = {"ch3_tokens_gb": "19,073", "ch3_tokens_gib": "20,480", "ch3_batch_g
              "ch3_calc_gqa_int8_batch": "37", "ch3_70b_weights_gb": "140", "ch3_t4_spare_gb": "2",
              "ch3_t4_batch": "0", "ch3_q2_bpt": "98,304", "ch3_gib_over_gb": "7.4%",
              "ch3_q2_total": "201,326,592 bytes (192 MiB)", "ch3_q3_total": "201,326,592 bytes (192 MiB)",
-             "ch3_70b_sharing_ratio": "8", "ch3_1b_batch_min": "52", "ch3_1b_batch_max": "290"}
+             "ch3_70b_sharing_ratio": "8", "ch3_1b_batch_min": "52", "ch3_1b_batch_max": "290",
+             "ch3_calc_group": "4", "ch3_calc_cut": "8"}
 # seed 004, chapter 4: ops:byte 208.3; attention 62 ops/byte; 46 / 23 / 6 ms per token;
 # prefill 75 / 39 / 16 ms; totals 6.98 / 3.49 / 0.92 s
 SEED_004_CH4 = {"ch4_opb_a10": "208.3", "ch4_ai_round": "62",
