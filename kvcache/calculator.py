@@ -70,8 +70,9 @@ def svg_bar(result: dict, width: int = 640, height: int = 70) -> str:
     total = max(result["gpu_bytes"], result["weight_bytes"], 1)
     scale = (width - 2) / total
     y, h = 6, 30
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'role="img" aria-label="GPU memory: weights, caches, left over">']
+    # A viewBox with width 100% lets the bar shrink with a narrow page instead of being clipped.
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" '
+             f'style="max-width:{width}px" role="img" aria-label="GPU memory: weights, caches, left over">']
     x = 1.0
     w = result["weight_bytes"] * scale
     parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{h}" fill="{COLOURS["weights"]}"/>')
@@ -146,8 +147,10 @@ class CacheCalculator:
     """
 
     def __init__(self, model: str = "7B", gpu: str = "A10", n_tokens: int = 4096, bytes_per_value: int = 2):
-        style = {"description_width": "150px"}
-        layout = W.Layout(width="320px")
+        style = {"description_width": "140px"}
+        # Fields fill their column (so "fp16 / bf16 (2 bytes)" is not cut) and the two columns
+        # wrap under each other on a narrow screen.
+        layout = W.Layout(width="100%")
         self.model_preset = W.Dropdown(options=[(m.name, k) for k, m in MODELS.items()] + [("custom", "custom")],
                                        value=model, description="model", style=style, layout=layout)
         self.layers = W.BoundedIntText(value=1, min=1, max=10_000, description="layers L", style=style,
@@ -162,7 +165,8 @@ class CacheCalculator:
                                           description="bytes per value b", style=style, layout=layout)
         self.gpu_preset = W.Dropdown(options=[(g.name, k) for k, g in GPUS.items()] + [("custom", "custom")],
                                      value=gpu, description="GPU", style=style, layout=layout)
-        self.unit = W.ToggleButtons(options=list(UNITS), value="GB", description="memory unit", style=style)
+        self.unit = W.ToggleButtons(options=list(UNITS), value="GB", description="memory unit",
+                                    style={**style, "button_width": "64px"})
         self.gpu_memory = W.BoundedFloatText(value=1.0, min=0.0, max=1e6, step=1.0, description="GPU memory",
                                              style=style, layout=layout)
         self.weights = W.BoundedFloatText(value=0.0, min=0.0, max=1e6, step=1.0, description="weights (fp16)",
@@ -183,11 +187,13 @@ class CacheCalculator:
         for w in (self.tokens, self.bytes_per_value):
             w.observe(lambda ch: self.update(), names="value")
 
+        column = W.Layout(flex="1 1 300px", min_width="280px", max_width="400px", margin="0 12px 8px 0")
         model_box = W.VBox([W.HTML("<b>Model</b>"), self.model_preset, self.layers, self.kv_heads, self.head_dim,
-                            self.weights])
+                            self.weights], layout=column)
         run_box = W.VBox([W.HTML("<b>Cache and GPU</b>"), self.tokens, self.bytes_per_value, self.gpu_preset,
-                          self.gpu_memory, self.unit])
-        self.widget = W.VBox([W.HBox([model_box, run_box]), self.summary, self.chart])
+                          self.gpu_memory, self.unit], layout=column)
+        self.widget = W.VBox([W.HBox([model_box, run_box], layout=W.Layout(flex_flow="row wrap")),
+                              self.summary, self.chart])
         self.update()
 
     # -- presets --------------------------------------------------------------------------
