@@ -160,18 +160,20 @@ def _bwrap_prefix(uid, tmpfs_bytes, job_dir, public_checks) -> list[str]:
     for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
                 "/etc/localtime"):
         args += ["--ro-bind-try", etc, etc]
+    # The private /tmp comes before the Python binds: a checkout (and so its .venv) may itself
+    # live under /tmp, and a tmpfs mounted afterwards would hide the interpreter.
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
     roots = _python_roots()
     # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
-    parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) != "/"}
+    parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) not in ("/", "/tmp")}
                      | {"/sandbox"} | ({"/sandbox/lib"} if public_checks is not None else set()),
                      key=lambda q: q.count("/"))
     for folder in parents:
         args += ["--perms", "0755", "--dir", folder]
     for root in roots:
         args += ["--ro-bind", root, root]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
     if job_dir is not None:
         args += ["--ro-bind", str(job_dir), "/sandbox/in", "--ro-bind", str(HARNESS), "/sandbox/harness.py"]
     if public_checks is not None:       # `graders check` only: the public checks are public
