@@ -255,13 +255,40 @@ def program(L: int, variant: str, params: dict, beyond_plan: bool = False) -> li
 
 
 # ---------------------------------------------------------------- decoding token by token
-class ProgramRun(NamedTuple):
-    """One program run: the program, EXT before it, its int8 output and its counters."""
-
+class _Run(NamedTuple):
     program: list
     ext_before: np.ndarray
     output: list
-    counters: CycleCounts
+
+
+class ProgramRun(_Run):
+    """One program run: ``(program, ext_before, output)``, and its counters as ``.counters``.
+
+    As a tuple it is the seed's triple, so ``prog, ext_before, out8 = step["cached"]`` and
+    ``step["cached"][2]`` read it as the seed chapter does; ``counters`` (the machine's five
+    counters after the run) rides along as an attribute, outside the tuple.  Left out, it is
+    the cycle model's price of the program, which is what the machine counts.
+    """
+
+    def __new__(cls, program, ext_before, output, counters: CycleCounts | None = None):
+        run = super().__new__(cls, program, ext_before, output)
+        run.counters = cycle_counts(program) if counters is None else counters
+        return run
+
+    @classmethod
+    def _make(cls, iterable):
+        return cls(*iterable)
+
+    def _replace(self, **changes):
+        """A copy with some fields changed (``counters`` too); a new program is priced afresh."""
+        counters = changes.pop("counters", None if "program" in changes else self.counters)
+        unknown = set(changes) - set(self._fields)
+        if unknown:
+            raise ValueError(f"got unexpected field names: {sorted(unknown)!r}")
+        return type(self)(*(changes.get(name, value) for name, value in zip(self._fields, self)), counters)
+
+    def __repr__(self) -> str:
+        return f"ProgramRun({len(self.program)} instructions, output={self.output}, counters={self.counters})"
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,22 @@ def test_sequence_persists_the_cache_and_both_programs_agree():
         assert attn.stagewise_problems(ex, {"t": step.t, "spad": list(step.spad)}) == []   # a plain mapping
 
 
+def test_a_program_run_unpacks_as_the_seeds_triple():
+    """The seed reads a run as (program, ext before, int8 output): ``prog, ext, out8 = last[var]``."""
+    last = attn.sequence(attn.make_example(4, 1))[-1]
+    for variant in attn.VARIANTS:
+        run = last[variant]
+        prog, ext_before, out8 = run
+        assert (prog, out8) == (run.program, run.output) and ext_before is run.ext_before
+        assert len(run) == 3 and run[2] == out8
+        # the counters ride along outside the tuple, as the machine read them
+        assert run.counters == cycle_counts(prog)
+        assert (run.counters.instructions, run.counters.total) == SEED_CYCLE_TABLE[(4, variant)][:2]
+        copy = run._replace(output=[0] * 16)
+        assert copy.output == [0] * 16 and copy.counters == run.counters
+        assert attn.ProgramRun(*run).counters == run.counters     # left out: the cycle model's price
+
+
 def test_stagewise_check_sees_a_value_off_by_two_levels():
     ex = attn.make_example(5, 1)
     step = attn.sequence(ex)[-1]
