@@ -57,7 +57,8 @@ class InstructionFormError(ValueError):
 class Instr:
     """One instruction: ``op`` and the field values in ``FIELDS[op]`` order.
 
-    Fields read by name: ``ins["dst"]`` or ``ins.dst``; ``ins.fields`` is a dict.
+    Fields read by name: ``ins["dst"]`` or ``ins.dst``; ``ins.fields`` is a dict.  ``ins["op"]``
+    is the operation, so code written for instructions as dicts (the seed's) reads it too.
     Values are stored as given (``build`` turns integer-like values into ``int``),
     so an out-of-range or non-integer value survives until ``ga2.limits`` refuses it
     with the instruction's index.
@@ -72,6 +73,8 @@ class Instr:
         return dict(zip(FIELDS.get(self.op, ()), self.values))
 
     def __getitem__(self, name: str):
+        if name == "op":
+            return self.op
         names = FIELDS.get(self.op, ())
         if name in names:
             return self.values[names.index(name)]

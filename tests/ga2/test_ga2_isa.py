@@ -49,6 +49,18 @@ def test_instr_is_plain_hashable_picklable_data():
         ins["bogus"]
 
 
+def test_op_reads_like_a_field_as_in_the_seeds_dict_instructions():
+    """The seed's code reads ``ins["op"]``; fields keep their names and unknown ones still fail."""
+    ins = build("LD", dst=0, src=32, len=16)
+    assert ins["op"] == "LD" and ins["len"] == 16
+    assert build("HALT")["op"] == "HALT"
+    per = {}
+    for item in (ins, build("ST", src=1824, dst=2080, len=16), build("HALT")):
+        if item["op"] != "HALT":
+            per[item["op"]] = 2 + wait_cycles(item)
+    assert per == {"LD": 27, "ST": 20}
+
+
 def test_numpy_integers_become_ints():
     import numpy as np
     ins = build("LD", dst=np.int64(3), src=np.int32(4), len=np.uint16(5))
