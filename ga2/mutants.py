@@ -334,4 +334,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the package's copy of this module, not this __main__ one: the workers' results then
+    # pickle as ga2.mutants.MutantResult however the file was started (python -m, or runpy
+    # without a __main__ swap, where a __main__ class cannot be found and every worker "dies").
+    from ga2.mutants import main as _package_main
+
+    sys.exit(_package_main())

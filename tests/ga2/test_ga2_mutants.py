@@ -95,6 +95,27 @@ def test_the_mutation_table_of_the_seed(tmp_path):
            "(d) stage-wise real-number check 22 of 23; by any of them 23 of 23" in run.stdout
 
 
+def test_run_as_a_script_uses_the_package_module(monkeypatch):
+    """``__main__`` hands over to ga2.mutants.main, whose results pickle however the file is started.
+
+    (Run by runpy without replacing sys.modules["__main__"], a MutantResult defined in the script
+    could not be pickled back from the workers, and every mutant counted as caught.)
+    """
+    import pickle
+    import runpy
+    import warnings
+
+    called = []
+    monkeypatch.setattr(mutants, "main", lambda argv=None: called.append(argv) or 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # "found in sys.modules": it is, on purpose
+        with pytest.raises(SystemExit) as done:
+            runpy.run_module("ga2.mutants", run_name="__main__")
+    assert done.value.code == 0 and called == [None]
+    result = mutants.MutantResult("m", False, {"b": True, "c": False, "d": True})
+    assert pickle.loads(pickle.dumps(result)) == result
+
+
 def test_format_and_json_of_results():
     results = [mutants.MutantResult("m1", False, {"b": True, "c": False, "d": True}),
                mutants.MutantResult("e1", True, {"b": False, "c": False, "d": False})]
