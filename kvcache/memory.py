@@ -72,7 +72,13 @@ MODELS = {
 
 
 def _whole(name: str, value) -> int:
-    """``value`` as a Python int; refuses floats, which would make a byte count inexact."""
+    """``value`` as a Python int.
+
+    Whole-valued floats such as ``24e9`` (how memory sizes are usually written) are taken at
+    their value; a fractional size like 0.5 is refused, since it would make a byte count inexact.
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     try:
         return operator.index(value)
     except TypeError:

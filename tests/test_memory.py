@@ -42,10 +42,16 @@ def test_numpy_integers_are_accepted_and_give_exact_python_ints():
     assert type(n) is int and n == 2**32
 
 
-@pytest.mark.parametrize("bad", [2.0, 0.5, "2"])
+@pytest.mark.parametrize("bad", [2.5, 0.5, "2"])
 def test_non_integer_sizes_are_refused(bad):
     with pytest.raises(TypeError):
         kv_cache_bytes(32, 32, 128, 8192, bad)
+
+
+def test_whole_valued_floats_are_taken_at_their_value():
+    assert max_batch(24e9, 14e9, 32, 32, 128, 4096, 2) == 4
+    n = kv_cache_bytes(32, 32, 128, 8192, 2.0)
+    assert type(n) is int and n == 2**32
 
 
 def test_negative_sizes_are_refused():
