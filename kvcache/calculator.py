@@ -147,10 +147,10 @@ class CacheCalculator:
     """
 
     def __init__(self, model: str = "7B", gpu: str = "A10", n_tokens: int = 4096, bytes_per_value: int = 2):
-        style = {"description_width": "140px"}
-        # Fields fill their column (so "fp16 / bf16 (2 bytes)" is not cut) and the two columns
-        # wrap under each other on a narrow screen.
-        layout = W.Layout(width="100%")
+        style = {"description_width": "120px"}
+        # Two columns of 330 px fit the book's text column side by side and wrap under each
+        # other on a narrow screen; a field wide enough for "fp16 / bf16 (2 bytes)".
+        layout = W.Layout(width="320px")
         self.model_preset = W.Dropdown(options=[(m.name, k) for k, m in MODELS.items()] + [("custom", "custom")],
                                        value=model, description="model", style=style, layout=layout)
         self.layers = W.BoundedIntText(value=1, min=1, max=10_000, description="layers L", style=style,
@@ -159,7 +159,7 @@ class CacheCalculator:
                                          layout=layout)
         self.head_dim = W.BoundedIntText(value=1, min=1, max=100_000, description="head size d", style=style,
                                          layout=layout)
-        self.tokens = W.BoundedIntText(value=n_tokens, min=1, max=100_000_000, description="tokens T per sequence",
+        self.tokens = W.BoundedIntText(value=n_tokens, min=1, max=100_000_000, description="tokens T",
                                        style=style, layout=layout)
         self.bytes_per_value = W.Dropdown(options=BYTES_PER_VALUE, value=bytes_per_value,
                                           description="bytes per value b", style=style, layout=layout)
@@ -187,7 +187,7 @@ class CacheCalculator:
         for w in (self.tokens, self.bytes_per_value):
             w.observe(lambda ch: self.update(), names="value")
 
-        column = W.Layout(flex="1 1 300px", min_width="280px", max_width="400px", margin="0 12px 8px 0")
+        column = W.Layout(width="330px", margin="0 6px 8px 0")
         model_box = W.VBox([W.HTML("<b>Model</b>"), self.model_preset, self.layers, self.kv_heads, self.head_dim,
                             self.weights], layout=column)
         run_box = W.VBox([W.HTML("<b>Cache and GPU</b>"), self.tokens, self.bytes_per_value, self.gpu_preset,
