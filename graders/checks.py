@@ -50,9 +50,13 @@ def describe(value) -> str:
     if isinstance(value, (list, tuple)):
         return f"a {type(value).__name__} of {len(value)} items"
     if isinstance(value, dict):
-        keys = ", ".join(repr(k) for k in list(value)[:6])
+        keys = ", ".join(_short(repr(k)) for k in list(value)[:6])
         return f"a dict with keys {keys or '(none)'}"
     return f"a {type(value).__name__}"
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def as_array(value, what: str, shape: tuple, *, strict_shape: bool = False) -> np.ndarray:

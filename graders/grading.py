@@ -231,10 +231,11 @@ def _grade(data, filename, name, limits, isolation, start, sha, label) -> dict:
     total = sum(e["max_score"] for e in entries)
     output_lines.append(f"{passed} of {len(entries)} hidden tests passed: {score:g} / {total:g} points.")
     failures = {}
-    for run in runs:
+    for run in runs:        # what the channel says is untrusted: strings only, few and short
         for m in run.messages:
             if m.get("t") == "import" and m.get("ok") and isinstance(m.get("import_failures"), dict):
-                failures.update(m["import_failures"])
+                failures.update({k: v[:200] for k, v in list(m["import_failures"].items())[:50]
+                                 if k in extracted.imports and isinstance(v, str)})
     for stmt, why in list(failures.items())[:5]:
         notes.append(f"'{stmt}' failed in the grader ({why}); only numpy and Python's standard "
                      "library are available")
@@ -282,8 +283,8 @@ def _run_tests(sandbox: Sandbox, extracted: Extracted, name: str, runnable, limi
                 kind = message.get("t")
                 if kind == "import" and imported is None:
                     imported = message
-                elif kind == "start":
-                    current = message.get("id")
+                elif kind == "start" and isinstance(message.get("id"), str):
+                    current = message["id"]
                 elif kind == "result" and message.get("id") == current and current in remaining:
                     outcomes[current] = ("result", message)
             if imported is None or not imported.get("ok"):
@@ -297,6 +298,8 @@ def _run_tests(sandbox: Sandbox, extracted: Extracted, name: str, runnable, limi
             remaining = [tid for tid in remaining if tid not in outcomes]
             if not remaining or run.phase == "done":
                 gave_up = next((m.get("gave_up") for m in run.messages if m.get("t") == "done"), None)
+                if type(gave_up) is not int or not 0 < gave_up <= len(test_seconds):
+                    gave_up = None          # the channel is untrusted: only a plausible count is said
                 for tid in remaining:
                     outcomes[tid] = (("problem", f"not run: the submission timed out on {gave_up} tests, so "
                                                  "the others were skipped", "timeout") if gave_up else
@@ -375,7 +378,7 @@ def _error_text(error, extracted: Extracted, fn: str | None = None) -> str:
     kind = str(error.get("type", "Exception"))[:80]
     text = str(error.get("message", ""))[:300]
     where = extracted.locate(error.get("line")) if isinstance(error.get("line"), int) else None
-    func = error.get("function")
+    func = str(error.get("function") or "")[:100]
     loc = ""
     if where:
         loc = f" ({where}" + (f", in {func}" if func and func != "<module>" else "") + ")"

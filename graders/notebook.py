@@ -53,6 +53,7 @@ class Extracted:
     exercise: str | None = None      # from the notebook's metadata, when it says
     notes: list[str] = field(default_factory=list)
     kind: str = "notebook"
+    imports: set[str] = field(default_factory=set)   # the import statements wrapped, as reported
 
     def locate(self, line: int | None) -> str | None:
         """Where line ``line`` of ``source`` came from, in the learner's terms."""
@@ -244,6 +245,7 @@ def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted
     origins: list[tuple[str, int]] = [("", 0)]
     definitions: dict[str, str] = {}
     modules: set[str] = set()
+    imports: set[str] = set()
     kept = 0
 
     def emit(lines, label, first):
@@ -269,6 +271,7 @@ def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted
                          for a in node.names]
                 modules.update(b for b in bound if b != "*")
                 text = " ".join(l.strip() for l in seg)[:120]
+                imports.add(text)
                 emit(["try:"], label, first)
                 emit(["    " + l for l in seg], label, first)
                 emit(["except ImportError as __grader_err:",
@@ -294,7 +297,7 @@ def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted
                 kept += 1
     if kept == 0 and not definitions:
         notes.append("no function definitions were found")
-    return Extracted("\n".join(out_lines) + "\n", origins, definitions, exercise, notes, kind)
+    return Extracted("\n".join(out_lines) + "\n", origins, definitions, exercise, notes, kind, imports)
 
 
 # ---------------------------------------------------------------------------------- exercise

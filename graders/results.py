@@ -19,12 +19,19 @@ from pathlib import Path
 __all__ = ["STATUSES", "make_result", "write_json", "format_text", "test_entry"]
 
 STATUSES = ("ok", "timeout", "crashed", "missing", "unreadable", "grader_error", "usage_error")
+MAX_TEST_OUTPUT = 2_000      # characters of one test's feedback (parts of it come from the sandbox)
+MAX_OUTPUT = 20_000          # characters of the summary
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 15] + " [... cut short]"
 
 
 def test_entry(name: str, points: float, passed: bool, message: str, visibility: str = "visible",
                number: str | None = None) -> dict:
     entry = {"name": name, "score": float(points if passed else 0.0), "max_score": float(points),
-             "status": "passed" if passed else "failed", "output": message or ("passed" if passed else "failed"),
+             "status": "passed" if passed else "failed",
+             "output": _cap(message, MAX_TEST_OUTPUT) if message else ("passed" if passed else "failed"),
              "visibility": visibility}
     if number:
         entry["number"] = number
@@ -39,7 +46,7 @@ def make_result(*, exercise: str | None, tests: list[dict], status: str, isolati
         "score": round(sum(t["score"] for t in tests), 6),
         "max_score": round(sum(t["max_score"] for t in tests), 6),
         "execution_time": round(float(execution_time), 3),
-        "output": output,
+        "output": _cap(output, MAX_OUTPUT),
         "stdout_visibility": "hidden",
         "tests": tests,
         "exercise": exercise,

@@ -368,6 +368,7 @@ class Sandbox:
         phase_deadline = start + limits.import_seconds + GRACE
         overall = start + limits.submission_seconds + GRACE
         exited_at = None
+        started: set[str] = set()
         while True:
             now = time.monotonic()
             if proc.poll() is not None:
@@ -434,18 +435,25 @@ class Sandbox:
                     now = time.monotonic()
                     if kind == "import_start" and run.phase == "startup":
                         run.phase = "import"
-                    elif kind == "import":
+                    elif kind == "import" and run.phase in ("startup", "import"):
                         run.phase = "between"
                         phase_deadline = overall
-                    elif kind == "start" and message.get("id") in test_seconds and run.phase != "startup":
-                        run.phase, run.running = "test", message["id"]
-                        phase_deadline = now + test_seconds[message["id"]] + GRACE
-                    elif kind == "result" and message.get("id") == run.running:
+                    elif kind == "start" and run.phase == "between":
+                        # The harness starts a test only after the previous one's result, and each
+                        # test once.  The submission can write on the channel too: a "start" in the
+                        # middle of a test (or a second one for the same test, or an id that is not
+                        # even a string) must not push its deadline back, so it is ignored.
+                        tid = message.get("id")
+                        if isinstance(tid, str) and tid in test_seconds and tid not in started:
+                            started.add(tid)
+                            run.phase, run.running = "test", tid
+                            phase_deadline = now + test_seconds[tid] + GRACE
+                    elif kind == "result" and run.phase == "test" and message.get("id") == run.running:
                         run.phase, run.running = "between", None
                         phase_deadline = overall
-                    elif kind in ("done", "public"):
-                        run.phase, run.running = "done", None
-                        phase_deadline = overall
+                    elif kind in ("done", "public") and run.phase != "done":
+                        run.phase, run.running = "done", None      # the harness exits right after
+                        phase_deadline = min(overall, now + GRACE)
         sel.close()
         if pidfd is not None:
             os.close(pidfd)

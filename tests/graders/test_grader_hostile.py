@@ -230,3 +230,32 @@ def test_a_hang_on_one_input_costs_that_test_only(block):
     assert [t["name"] for t in failed] == ["no tokens cached yet (T = 0) gives 0"]
     assert "took longer than 0.5 s" in failed[0]["output"]
     assert result["score"] == result["max_score"] - failed[0]["max_score"]
+
+
+def test_junk_on_the_results_channel_costs_nothing_and_breaks_nothing():
+    """Unhashable test ids and unknown kinds once made the grader itself fail (grader_error)."""
+    result = grade_hostile("channel_bad_ids.py", "kv_cache_bytes")
+    assert result["status"] == "ok", result["output"]
+    assert result["score"] == result["max_score"]
+
+
+def test_words_put_on_the_results_channel_stay_out_of_the_feedback():
+    import json
+    result = grade_hostile("channel_text_injection.py", "max_batch")
+    assert result["status"] != "grader_error"
+    assert_zero(result)
+    assert "ALL TESTS PASSED" not in result["output"]          # no fake import failure, no fake count
+    assert not any("timed out on ALL" in t["output"] for t in result["tests"])
+    assert all(len(t["output"]) <= 2_000 for t in result["tests"])
+    assert len(json.dumps(result)) < 60_000
+
+
+def test_start_messages_from_the_submission_do_not_renew_a_tests_deadline():
+    """A hang on one input that keeps writing "start" on the channel still costs that test only
+    (it used to keep the sandbox alive until the whole submission's budget was gone)."""
+    result = grade_hostile("channel_deadline_renewal.py", "kv_cache_bytes")
+    assert result["status"] == "timeout"
+    failed = [t for t in result["tests"] if t["status"] == "failed"]
+    assert [t["name"] for t in failed] == ["no tokens cached yet (T = 0) gives 0"], \
+        [(t["name"], t["output"]) for t in failed]
+    assert "took longer than 0.5 s" in failed[0]["output"]
