@@ -115,6 +115,10 @@ def check_array(value, expected: np.ndarray, what: str, *, rtol: float = RTOL, a
         check_close(actual, expected, what, rtol=rtol, atol=atol)
     except Fail as fail:
         extra = hint(actual) if hint else None
+        low = getattr(value, "dtype", None)
+        if low is not None and low.kind == "f" and low.itemsize < 8:
+            extra = "; ".join(filter(None, [extra, f"it has dtype {low}, which is not precise enough here: "
+                                                   "work in float64"]))
         if extra:
             raise Fail(f"{fail}; {extra}") from None
         raise

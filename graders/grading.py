@@ -27,7 +27,7 @@ import numpy as np
 from . import registry
 from .checks import CallResult, Fail, describe
 from .harness import decode, encode
-from .notebook import Extracted, Unreadable, extract, infer_exercise
+from .notebook import Extracted, Unreadable, extract, infer_exercise, peek
 from .registry import Ref
 from .results import make_result, test_entry
 from .sandbox import Limits, Run, Sandbox
@@ -124,23 +124,35 @@ def grade_file(path, exercise: str | None = None, *, limits: Limits | None = Non
 
 def resolve_exercise(data: bytes, filename: str, exercise: str | None) -> str:
     """The exercise to grade against: given, or from the notebook's metadata or the file name."""
+    return _resolve(data, filename, exercise)[0]
+
+
+def _resolve(data: bytes, filename: str, exercise: str | None) -> tuple[str, str | None]:
+    """(exercise, a note for the learner or None).  When the notebook's metadata and the file name
+    name different exercises, the one whose functions the submission defines wins (the metadata
+    when both or neither), and the note says so."""
     known = registry.names()
     if exercise is not None:
         if exercise not in known:
             raise UsageError(f"no exercise named {exercise!r}; the grader knows: {', '.join(known)}")
-        return exercise
-    hint = None
-    try:
-        hint = extract(data, filename).exercise
-    except Unreadable:
-        pass
-    except Exception:  # noqa: BLE001 - inference must never crash; the grade will say more
-        pass
-    name = infer_exercise(filename, hint, known)
+        return exercise, None
+    hint, defined = peek(data, filename)
+    by_meta = hint if hint in known else None
+    by_name = infer_exercise(filename, None, known)
+    name = by_meta or by_name
     if name is None:
         raise UsageError(f"cannot tell which exercise {filename} is for (no kvcourse metadata, and its "
                          f"name contains none of: {', '.join(known)}); pass --exercise NAME")
-    return name
+    if by_meta and by_name and by_meta != by_name:
+        def defines(ex):
+            return set(registry.get(ex).functions) <= defined
+        if defines(by_name) and not defines(by_meta):
+            name, why = by_name, "the one whose function it defines"
+        else:
+            why = "as its metadata says"
+        return name, (f"the notebook's metadata says it is the exercise '{by_meta}' but its file name "
+                      f"says '{by_name}': graded as '{name}' ({why}); pass --exercise NAME to choose")
+    return name, None
 
 
 def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
@@ -150,9 +162,9 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
     start = time.perf_counter()
     sha = hashlib.sha256(data).hexdigest()
     label = label or filename
-    name = resolve_exercise(data, filename, exercise)     # UsageError goes to the caller
+    name, note = _resolve(data, filename, exercise)     # UsageError goes to the caller
     try:
-        return _grade(data, filename, name, limits, isolation, start, sha, label)
+        return _grade(data, filename, name, limits, isolation, start, sha, label, note)
     except Exception as err:  # noqa: BLE001 - a result is always produced
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()
         tests = []
@@ -169,7 +181,7 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
                            extra={"grader_traceback": traceback.format_exc()[-4000:]})
 
 
-def _grade(data, filename, name, limits, isolation, start, sha, label) -> dict:
+def _grade(data, filename, name, limits, isolation, start, sha, label, note=None) -> dict:
     exercise = registry.get(name)
     tests = registry.tests(name)
     fingerprint = registry.fingerprint(name)
@@ -183,7 +195,7 @@ def _grade(data, filename, name, limits, isolation, start, sha, label) -> dict:
                            execution_time=time.perf_counter() - start,
                            output=f"The submission could not be read: {err}. Every test scores 0.", **common)
 
-    notes = list(extracted.notes)
+    notes = ([note] if note else []) + list(extracted.notes)
     missing = set(extracted.missing(exercise.functions))
     for fn in sorted(missing):
         notes.append(f"no function named '{fn}' was found: {extracted.suggestion(fn)}")

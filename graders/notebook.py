@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Unreadable", "Extracted", "extract", "extract_file", "infer_exercise"]
+__all__ = ["Unreadable", "Extracted", "extract", "extract_file", "infer_exercise", "peek"]
 
 # Modules the course's notebooks import that are never needed by an answer: dropped silently.
 DROPPED_IMPORTS = {"public_checks"}
@@ -35,6 +35,11 @@ PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
 SAFE_BUILTINS = {"int", "float", "complex", "bool", "str", "bytes", "tuple", "list", "dict", "set",
                  "frozenset", "range", "len", "abs", "min", "max", "round", "sum", "pow", "sorted",
                  "reversed", "enumerate", "zip", "divmod"}
+# The most the grader reads: a notebook may carry big outputs (images), but its code is small; a
+# file past these limits is refused with a message rather than parsed (the parsing happens in the
+# grader's own process, so it must stay bounded in time and memory).
+MAX_FILE_BYTES = 128 << 20
+MAX_CODE_CHARS = 1 << 20
 _LINE_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.\[\], ]+=\s*[%!])")
 _HELP_LINE = re.compile(r"^\s*\??[\w.]+\?\??\s*$")
 
@@ -54,6 +59,7 @@ class Extracted:
     notes: list[str] = field(default_factory=list)
     kind: str = "notebook"
     imports: set[str] = field(default_factory=set)   # the import statements wrapped, as reported
+    guarded: dict[str, str] = field(default_factory=dict)  # defined only under `if __name__ == "__main__":`
 
     def locate(self, line: int | None) -> str | None:
         """Where line ``line`` of ``source`` came from, in the learner's terms."""
@@ -66,7 +72,11 @@ class Extracted:
         return [n for n in names if n not in self.definitions]
 
     def suggestion(self, name: str) -> str:
-        """A hint when ``name`` is not defined: the closest names that are."""
+        """A hint when ``name`` is not defined: where it is hidden, or the closest names that are."""
+        if name in self.guarded:
+            return (f"it is defined only inside `if __name__ == \"__main__\":` ({self.guarded[name]}), "
+                    "which does not run when the grader loads the submission as a module; define it "
+                    "at the top level")
         callables = [n for n in self.definitions if not n.startswith("_")]
         close = difflib.get_close_matches(name, callables, n=2, cutoff=0.5)
         if close:
@@ -97,6 +107,9 @@ def extract(data: bytes, filename: str, functions=()) -> Extracted:
     """Extract the answer from the bytes of a submission called ``filename``."""
     if not data.strip():
         raise Unreadable(f"{filename} is empty")
+    if len(data) > MAX_FILE_BYTES:
+        raise Unreadable(f"{filename} is {len(data) / 1e6:.0f} MB; the grader reads files of up to "
+                         f"{MAX_FILE_BYTES / 1e6:.0f} MB (clear the notebook's outputs and submit again)")
     if b"\x00" in data[:8192]:
         raise Unreadable(f"{filename} is not a text file (is it a zip or an image?)")
     try:
@@ -117,6 +130,8 @@ def _notebook_cells(text: str, filename: str) -> tuple[list[tuple[str, str]], st
     except json.JSONDecodeError as err:
         raise Unreadable(f"{filename} is not a valid notebook: invalid JSON at line {err.lineno} "
                          f"({err.msg}); was it saved completely?") from None
+    except (RecursionError, MemoryError):
+        raise Unreadable(f"{filename} is not a valid notebook: its JSON is nested too deeply to read") from None
     if not isinstance(nb, dict):
         raise Unreadable(f"{filename} is not a notebook (its JSON is not an object)")
     raw_cells = nb.get("cells")
@@ -182,24 +197,51 @@ def _parse(lines: list[str]):
     return ast.parse("\n".join(lines) + "\n")
 
 
+def _try_parse(lines: list[str]):
+    """(tree, None), or (None, why) when the code cannot be parsed: a syntax error, a null byte,
+    or nesting too deep for the parser (which raises RecursionError or MemoryError for those)."""
+    try:
+        return _parse(lines), None
+    except SyntaxError as err:
+        return None, err
+    except (ValueError, RecursionError, MemoryError) as err:
+        return None, err
+
+
 def _statements(label: str, lines: list[str], notes: list[str]):
     """(statement, its source lines, first line number) of the code in ``lines``."""
-    try:
-        tree = _parse(lines)
+    tree, err = _try_parse(lines)
+    if tree is not None:
         pieces = [(tree, lines, 0)]
-    except SyntaxError as err:
-        where = f"{label}, line {err.lineno}" if label else f"line {err.lineno}"
-        notes.append(f"syntax error at {where} ({err.msg}); the statements around it that parse were kept")
+    else:
+        if isinstance(err, SyntaxError):
+            where = f"{label}, line {err.lineno}" if label else f"line {err.lineno}"
+            notes.append(f"syntax error at {where} ({err.msg}); the statements around it that parse were kept")
+        else:
+            where = label or "the file"
+            notes.append(f"{where} could not be read as Python (an expression nested too deeply, or a "
+                         "null byte); the statements around it that parse were kept")
         pieces = []
         for offset, chunk in _chunks(lines):
-            try:
-                pieces.append((_parse(chunk), chunk, offset))
-            except SyntaxError:
-                continue
+            tree, _ = _try_parse(chunk)
+            if tree is not None:
+                pieces.append((tree, chunk, offset))
     for tree, chunk, offset in pieces:
         for node in tree.body:
             start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
             yield node, chunk[start - 1:node.end_lineno], offset + start
+
+
+def _is_main_guard(node) -> bool:
+    """``if __name__ == "__main__":`` (either way round)."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    test = node.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides)
+            and any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides))
 
 
 def _root_name(expr) -> str | None:
@@ -246,6 +288,7 @@ def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted
     definitions: dict[str, str] = {}
     modules: set[str] = set()
     imports: set[str] = set()
+    guarded: dict[str, str] = {}
     kept = 0
 
     def emit(lines, label, first):
@@ -253,12 +296,25 @@ def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted
             out_lines.append(line)
             origins.append((label, first + k))
 
-    for label, source in cells:
-        lines = _clean_lines(label, source, notes)
+    cleaned = [(label, _clean_lines(label, source, notes)) for label, source in cells]
+    size = sum(len(line) + 1 for _, lines in cleaned if lines for line in lines)
+    if size > MAX_CODE_CHARS:
+        raise Unreadable(f"the submission has {size / 1e6:.1f} MB of code; the grader reads up to "
+                         f"{MAX_CODE_CHARS / 1e6:.0f} MB (is there data pasted into a cell? load it "
+                         "from a file instead)")
+    for label, lines in cleaned:
         if lines is None:
             continue
         for node, seg, first in _statements(label, lines, notes):
             where = f"{label}, line {first}" if label else f"line {first}"
+            if _is_main_guard(node):
+                for sub in node.body:
+                    if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                                        ast.AnnAssign)):
+                        line = first + sub.lineno - node.lineno
+                        for n in _bound_names(sub):
+                            guarded[n] = f"{label}, line {line}" if label else f"line {line}"
+                continue
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names]
                 top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else None
@@ -297,10 +353,32 @@ def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted
                 kept += 1
     if kept == 0 and not definitions:
         notes.append("no function definitions were found")
-    return Extracted("\n".join(out_lines) + "\n", origins, definitions, exercise, notes, kind, imports)
+    guarded = {n: w for n, w in guarded.items() if n not in definitions}
+    return Extracted("\n".join(out_lines) + "\n", origins, definitions, exercise, notes, kind, imports,
+                     guarded)
 
 
 # ---------------------------------------------------------------------------------- exercise
+
+_TOP_LEVEL_NAME = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)|^(\w+)\s*(?::[^=]*)?=(?!=)", re.M)
+
+
+def peek(data: bytes, filename: str) -> tuple[str | None, set[str]]:
+    """(the exercise the notebook's metadata names, the names defined at the top level of its
+    code), cheaply (no parsing of the code), to choose the exercise; never raises."""
+    try:
+        if not data.strip() or len(data) > MAX_FILE_BYTES or b"\x00" in data[:8192]:
+            return None, set()
+        text = data.decode("utf-8-sig")
+        exercise = None
+        if filename.lower().endswith(".ipynb") or (text.lstrip().startswith("{") and '"cells"' in text[:100_000]):
+            cells, exercise = _notebook_cells(text, filename)
+            text = "\n".join(source for _, source in cells)
+        names = {m.group(1) or m.group(2) for m in _TOP_LEVEL_NAME.finditer(text[: 4 * MAX_CODE_CHARS])}
+        return exercise, names
+    except Exception:  # noqa: BLE001 - unreadable: the grade itself will say why
+        return None, set()
+
 
 
 def infer_exercise(filename: str, metadata_name: str | None, known) -> str | None:

@@ -47,7 +47,8 @@ def make_tests():
         test("sizes beyond 2^31 bytes are exact (no int32 overflow)", 1,
              [(80, 8, 128, 32_768, 2), (61, 7, 96, 123_457, 4)]),
         test("sizes beyond 2^63 bytes are exact (no int64 overflow)", 1,
-             [(1_000, 1_000, 1_000, 10_000_000, 4), (4_096, 512, 4_096, 1_000_000_007, 8)]),
+             [(1_000, 1_000, 1_000, 10_000_000, 4), (4_096, 512, 4_096, 1_000_000_007, 8),
+              (999, 997, 991, 1_000_000_007, 7)]),     # this one is not a float64 either
         type_test(FN, "the result is a Python int", 1, (32, 8, 128, 4096, 2), "int"),
     ]
 

@@ -125,3 +125,34 @@ def test_list_names_every_exercise(capsys):
     for name in ("softmax", "causal_attention", "attend_step", "kv_cache_bytes", "max_batch",
                  "arithmetic_intensity", "time_per_token", "prefill_time"):
         assert name in out
+
+
+def test_metadata_and_file_name_disagreeing_pick_the_defined_exercise_and_say_so(tmp_path):
+    def nb(source, exercise):
+        return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
+                                      "execution_count": None}],
+                           "metadata": {"kvcourse": {"exercise": exercise}}, "nbformat": 4, "nbformat_minor": 5})
+    (tmp_path / "softmax.ipynb").write_text(nb(GOOD["softmax"], "kv_cache_bytes"))
+    proc = graders("grade", tmp_path / "softmax.ipynb")
+    assert proc.returncode == 0 and proc.stdout.startswith("softmax:"), proc.stdout
+    assert "metadata says it is the exercise 'kv_cache_bytes'" in proc.stdout and "Score: 14 / 14" in proc.stdout
+    (tmp_path / "max_batch.ipynb").write_text(nb(GOOD["kv_cache_bytes"], "kv_cache_bytes"))
+    proc = graders("grade", tmp_path / "max_batch.ipynb")
+    assert proc.returncode == 0 and proc.stdout.startswith("kv_cache_bytes:"), proc.stdout
+    assert "as its metadata says" in proc.stdout
+
+
+@pytest.mark.parametrize("source, status", [
+    ("x = " + "-" * 200_000 + "1\n", "missing"),        # too deep for the parser: a note
+    ("x = 1\n" * 400_000, "unreadable"),                # 2.4 MB of code: refused, not parsed
+    ("[" * 100_000, "missing"),
+])
+def test_pathological_code_gets_a_result_not_a_grader_error(tmp_path, source, status):
+    sub = tmp_path / "softmax.py"
+    sub.write_text(source)
+    out = tmp_path / "r.json"
+    proc = graders("grade", sub, "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["status"] == status and result["score"] == 0, result["output"]
+    assert "Traceback" not in proc.stdout + proc.stderr

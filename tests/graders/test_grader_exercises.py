@@ -158,6 +158,17 @@ WRONG = [
         def kv_cache_bytes(n_layers, n_kv_heads, head_dim, n_tokens, bytes_per_value):
             return float(n_layers * n_kv_heads * head_dim * n_tokens * bytes_per_value)
         """, "the cache holds a key AND a value"),
+    ("kv_cache_bytes", """
+        def kv_cache_bytes(n_layers, n_kv_heads, head_dim, n_tokens, bytes_per_value):
+            return int(2.0 * n_layers * n_kv_heads * head_dim * n_tokens * bytes_per_value)
+        """, "case 3 of 3: the result is off by a relative"),     # float64 is not exact past 2^53
+    ("softmax", """
+        import numpy as np
+        def softmax(scores):
+            s = np.asarray(scores, dtype=np.float32)
+            e = np.exp(s - s.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+        """, "it has dtype float32, which is not precise enough here: work in float64"),
     ("max_batch", """
         def max_batch(gpu_bytes, weight_bytes, n_layers, n_kv_heads, head_dim, seq_len, bytes_per_value):
             return (gpu_bytes - weight_bytes) // (2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_value)

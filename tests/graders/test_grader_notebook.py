@@ -130,3 +130,40 @@ def test_line_numbers_point_into_the_learners_cells():
     ex = extract(notebook("x = 1\n", "import numpy as np\n\n\ndef f(x):\n    return 1 / 0\n"), "f.ipynb", ("f",))
     line = next(i for i, text in enumerate(ex.source.splitlines(), start=1) if "1 / 0" in text)
     assert ex.locate(line) == "cell 2, line 5"
+
+
+@pytest.mark.parametrize("bad", [
+    "x = " + "-" * 200_000 + "1\n",                                  # MemoryError in the parser
+    "y = 1 + " + "1 + " * 150_000 + "1\n",                          # RecursionError building the tree
+])
+def test_code_nested_too_deeply_for_the_parser_is_a_note_not_a_crash(bad):
+    """Both used to escape extract() and end as grader_error ("the grader itself failed")."""
+    ex = extract(("def f(x):\n    return x + 1\n" + bad).encode(), "f.py", ("f",))
+    assert run(ex, "f")(1) == 2
+    assert any("could not be read as Python" in n for n in ex.notes)
+
+
+def test_json_nested_too_deeply_is_unreadable_not_a_crash():
+    with pytest.raises(Unreadable, match="nested too deeply"):
+        extract(b"[" * 100_000, "f.ipynb")
+
+
+def test_megabytes_of_code_are_refused_with_a_message_not_parsed():
+    """The parsing happens in the grader's own process: 50 MB of code once took it 10 GB and
+    minutes.  Big outputs are fine (a notebook with a large image still reads)."""
+    with pytest.raises(Unreadable, match="MB of code"):
+        extract(notebook("x = 1\n" * 400_000, "def f(x):\n    return x\n"), "f.ipynb", ("f",))
+    nb = json.loads(notebook("def f(x):\n    return x\n"))
+    nb["cells"][0]["outputs"] = [{"output_type": "display_data", "metadata": {},
+                                  "data": {"image/png": "A" * (20 << 20)}}]
+    assert "f" in extract(json.dumps(nb).encode(), "f.ipynb", ("f",)).definitions
+
+
+def test_a_function_defined_under_the_main_guard_is_named_as_such():
+    ex = extract(b"import numpy as np\nif __name__ == '__main__':\n    def f(x):\n        return x\n"
+                 b"    f(3)\n", "f.py", ("f",))
+    assert ex.missing(("f",)) == ["f"]
+    assert 'if __name__ == "__main__":' in ex.suggestion("f") and "line 3" in ex.suggestion("f")
+    ex = extract(b"if __name__ == '__main__':\n    def f(x):\n        return 0\ndef f(x):\n    return x\n",
+                 "f.py", ("f",))
+    assert ex.missing(("f",)) == [] and run(ex, "f")(4) == 4
