@@ -58,8 +58,10 @@ serve:
 	@echo "The course site: http://$(HOST):$(PORT)/book/intro.html (Ctrl-C stops the server)"
 	$(PY) -m http.server --bind $(HOST) --directory _build/html $(PORT)
 
+# JupyterLab on the whole course, opened at the exercises folder (root may run it on a lab machine).
 lab: venv
-	$(VENV)/bin/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=$(CURDIR) exercises
+	$(VENV)/bin/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=$(CURDIR) \
+	  --LabApp.default_url=/lab/tree/exercises $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # The site test needs the built book, so the book is built first; then one pytest run
 # covers the Python tests, every notebook (executed by nbval) and the site in Chromium.
