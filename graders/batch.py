@@ -30,6 +30,7 @@ from pathlib import Path
 
 from . import registry
 from .results import make_result, test_entry, write_json, write_text
+from .notebook import MAX_FILE_BYTES
 from .sandbox import Limits, kill_all
 
 __all__ = ["discover", "run_batch", "grade_blob", "results_folder", "write_gradebook"]
@@ -80,6 +81,30 @@ def _failed(exercise: str, label: str, sha: str, why: str) -> dict:
                        submission=label, sha256=sha, fingerprint=registry.fingerprint(exercise))
 
 
+def _read(path: Path) -> bytes:
+    """A submission's bytes, at most one past what the grader reads (a bigger one is refused)."""
+    with open(path, "rb") as f:
+        return f.read(MAX_FILE_BYTES + 1)
+
+
+def _file_sha256(path: Path) -> str:
+    """The SHA-256 of what ``_read`` returns, without holding the file in memory."""
+    digest, left = hashlib.sha256(), MAX_FILE_BYTES + 1
+    with open(path, "rb") as f:
+        while left > 0 and (chunk := f.read(min(1 << 20, left))):
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest.hexdigest()
+
+
+def _unreadable(exercise: str, label: str, err: OSError) -> dict:
+    why = f"the file could not be read ({err.strerror or type(err).__name__})"
+    tests = [test_entry(t.name, t.points, False, f"not run: {why}", t.visibility) for t in registry.tests(exercise)]
+    return make_result(exercise=exercise, tests=tests, status="unreadable", isolation="none",
+                       execution_time=0.0, output=f"The submission could not be read: {why}. Every test scores 0.",
+                       submission=label, fingerprint=registry.fingerprint(exercise))
+
+
 def _previous(path: Path, sha: str, exercise: str, fingerprint: str) -> dict | None:
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
@@ -107,49 +132,79 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
     submissions = discover(directory, skip=(results_dir, out_csv))
     results: dict[str, dict] = {}
     todo = []
-    for path in submissions:
+    for path in submissions:            # hashed here, read only when its turn comes (memory)
         rel = path.relative_to(directory)
-        data = path.read_bytes()
-        sha = hashlib.sha256(data).hexdigest()
         target = results_dir / _json_name(rel)
+        try:
+            sha = _file_sha256(path)
+        except OSError as err:          # one file the grader cannot read does not stop the class
+            todo.append((rel, path, target))
+            continue
         previous = None if force else _previous(target, sha, exercise, fingerprint)
         if previous is not None:
             results[str(rel)] = previous
         else:
-            todo.append((rel, data, target))
+            todo.append((rel, path, target))
 
     if scheduler:
         from distributed import Client
         client = Client(scheduler, timeout="30s")
         executor = client.get_executor(pure=False)
         where = f"Dask cluster at {scheduler}"
+        try:
+            window = max(4, 2 * sum(client.nthreads().values()))
+        except Exception:  # noqa: BLE001
+            window = 16
     else:
         client = None
         jobs = jobs or os.cpu_count() or 1
         executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grader")
         where = f"{jobs} local job{'s' if jobs != 1 else ''}"
+        window = 2 * jobs
 
     print(f"{exercise}: {len(submissions)} submissions in {directory}; {len(results)} already graded, "
           f"{len(todo)} to grade with {where}", file=sys.stderr)
     bar = tqdm(total=len(todo), desc=f"grading {exercise}", unit="sub", disable=not progress or not todo,
                file=sys.stderr, dynamic_ncols=True)
     last_csv = 0.0
+    queue = iter(todo)
+    futures: dict = {}
+
+    def finish(rel, target, result):
+        write_json(target, result)
+        results[str(rel)] = result
+        bar.update(1)
+        bar.set_postfix_str(f"last: {result['status']}", refresh=False)
+
+    def submit_next():
+        """Read the next submission and hand it over; a few are in flight at a time, so that a
+        class of big notebooks is never all in memory at once."""
+        for rel, path, target in queue:
+            try:
+                data = _read(path)
+            except OSError as err:
+                finish(rel, target, _unreadable(exercise, str(rel), err))
+                continue
+            future = executor.submit(grade_blob, data, rel.name, exercise, limits.as_dict(), isolation, str(rel))
+            futures[future] = (rel, target)
+            return future
+        return None
+
     try:
-        futures = {executor.submit(grade_blob, data, rel.name, exercise, limits.as_dict(), isolation,
-                                   str(rel)): (rel, target) for rel, data, target in todo}
-        pending = set(futures)
+        pending = set()
+        while len(pending) < window and (future := submit_next()) is not None:
+            pending.add(future)
         while pending:
             done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
             for future in done:
-                rel, target = futures[future]
+                rel, target = futures.pop(future)
                 try:
                     result = future.result()
                 except Exception as err:  # noqa: BLE001 - a worker lost, a cluster error
                     result = _failed(exercise, str(rel), "", f"{type(err).__name__}: {err}")
-                write_json(target, result)
-                results[str(rel)] = result
-                bar.update(1)
-                bar.set_postfix_str(f"last: {result['status']}", refresh=False)
+                finish(rel, target, result)
+                if (new := submit_next()) is not None:
+                    pending.add(new)
             if done and time.monotonic() - last_csv > CSV_EVERY:
                 write_gradebook(out_csv, exercise, results)
                 last_csv = time.monotonic()

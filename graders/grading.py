@@ -27,7 +27,7 @@ import numpy as np
 from . import registry
 from .checks import CallResult, Fail, describe
 from .harness import decode, encode
-from .notebook import Extracted, Unreadable, extract, infer_exercise, peek
+from .notebook import MAX_FILE_BYTES, Extracted, Unreadable, extract, infer_exercise, peek
 from .registry import Ref
 from .results import make_result, test_entry
 from .sandbox import Limits, Run, Sandbox
@@ -118,8 +118,21 @@ def grade_file(path, exercise: str | None = None, *, limits: Limits | None = Non
         raise UsageError(f"{path}: no such file")
     if path.is_dir():
         raise UsageError(f"{path} is a folder; use 'batch' to grade a folder of submissions")
-    return grade_bytes(path.read_bytes(), path.name, exercise, limits=limits, isolation=isolation,
+    return grade_bytes(read_submission(path), path.name, exercise, limits=limits, isolation=isolation,
                        label=str(path))
+
+
+def read_submission(path) -> bytes:
+    """The bytes of a submission file, at most one byte past what the grader reads (so that a huge
+    file is refused with a message, not loaded); a FIFO or a device is a usage error."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path} is not a regular file")
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise UsageError(f"{path} cannot be read: {err.strerror}") from None
 
 
 def resolve_exercise(data: bytes, filename: str, exercise: str | None) -> str:
@@ -486,7 +499,7 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path}: no such file")
-    data = path.read_bytes()
+    data = read_submission(path)
     name = resolve_exercise(data, path.name, exercise)
     checks_dir = Path(public_checks.__file__).resolve().parent
     if not (checks_dir / f"{name}.py").exists():

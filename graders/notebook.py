@@ -108,7 +108,7 @@ def extract(data: bytes, filename: str, functions=()) -> Extracted:
     if not data.strip():
         raise Unreadable(f"{filename} is empty")
     if len(data) > MAX_FILE_BYTES:
-        raise Unreadable(f"{filename} is {len(data) / 1e6:.0f} MB; the grader reads files of up to "
+        raise Unreadable(f"{filename} is more than {MAX_FILE_BYTES / 1e6:.0f} MB; the grader reads files of up to "
                          f"{MAX_FILE_BYTES / 1e6:.0f} MB (clear the notebook's outputs and submit again)")
     if b"\x00" in data[:8192]:
         raise Unreadable(f"{filename} is not a text file (is it a zip or an image?)")

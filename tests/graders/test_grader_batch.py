@@ -174,3 +174,56 @@ def test_the_batch_command_line(tmp_path):
     proc = subprocess.run([PYTHON, "-m", "graders", "batch", str(tmp_path / "nope"), "--exercise",
                            "kv_cache_bytes", "--out", str(out)], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "not a folder" in proc.stderr
+
+
+def test_a_file_that_cannot_be_read_is_a_row_not_the_end_of_the_batch(tmp_path, monkeypatch):
+    """Reading every submission up front once let one unreadable file stop the whole batch
+    (OSError out of run_batch); now it is a row with status unreadable."""
+    import graders.batch as batch
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "a.py").write_text(GOOD["kv_cache_bytes"])
+    (tmp_path / "class" / "b.py").write_text(GOOD["kv_cache_bytes"] + "# b\n")
+    real_read = batch._read
+
+    def flaky(path):
+        if path.name == "a.py":
+            raise PermissionError(13, "Permission denied")
+        return real_read(path)
+    monkeypatch.setattr(batch, "_read", flaky)
+    summary = run_batch(tmp_path / "class", "kv_cache_bytes", tmp_path / "gb.csv", jobs=1, limits=FAST,
+                        progress=False)
+    rows = read_csv(tmp_path / "gb.csv")
+    assert summary["missing_results"] == 0
+    assert rows["a.py"]["status"] == "unreadable" and "Permission denied" in rows["a.py"]["message"]
+    assert rows["b.py"]["status"] == "ok" and rows["b.py"]["score"] == rows["b.py"]["max_score"]
+
+
+def test_only_a_few_submissions_are_held_in_memory_at_once(tmp_path, monkeypatch):
+    """Every submission's bytes used to be read (and handed to the executor) before the first was
+    graded: a class of 50 MB notebooks all in memory at once."""
+    import threading
+    import graders.batch as batch
+    (tmp_path / "class").mkdir()
+    for i in range(8):
+        (tmp_path / "class" / f"s{i}.py").write_text(GOOD["kv_cache_bytes"] + f"# {i}\n")
+    lock, state = threading.Lock(), {"read": 0, "done": 0, "most": 0}
+    real_read, real_grade = batch._read, batch.grade_blob
+
+    def counting_read(path):
+        with lock:
+            state["read"] += 1
+            state["most"] = max(state["most"], state["read"] - state["done"])
+        return real_read(path)
+
+    def counting_grade(*args, **kwargs):
+        try:
+            return real_grade(*args, **kwargs)
+        finally:
+            with lock:
+                state["done"] += 1
+    monkeypatch.setattr(batch, "_read", counting_read)
+    monkeypatch.setattr(batch, "grade_blob", counting_grade)
+    summary = run_batch(tmp_path / "class", "kv_cache_bytes", tmp_path / "gb.csv", jobs=1, limits=FAST,
+                        progress=False)
+    assert summary["missing_results"] == 0 and state["read"] == 8
+    assert state["most"] <= 2          # 2 x jobs in flight, not the whole class

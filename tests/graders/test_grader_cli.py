@@ -1,5 +1,6 @@
 """The command line: ``python -m graders grade|check|list``, exit statuses, the results.json."""
 import json
+import os
 import subprocess
 import sys
 
@@ -156,3 +157,24 @@ def test_pathological_code_gets_a_result_not_a_grader_error(tmp_path, source, st
     result = json.loads(out.read_text())
     assert result["status"] == status and result["score"] == 0, result["output"]
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_a_fifo_or_a_device_is_a_usage_error_not_a_hang(tmp_path):
+    """read_bytes() on a FIFO used to block the grader forever (and /dev/zero to fill memory)."""
+    fifo = tmp_path / "softmax.py"
+    os.mkfifo(fifo)
+    out = tmp_path / "r.json"
+    proc = graders("grade", fifo, "--json", out)
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
+    assert json.loads(out.read_text())["status"] == "usage_error"
+    proc = graders("grade", "/dev/zero", "--exercise", "softmax")
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(tmp_path):
+    """``python -m graders grade ... | head`` (a reader gone before the end) used to end in a BrokenPipeError traceback."""
+    out = tmp_path / "r.json"
+    proc = subprocess.run(f"'{PYTHON}' -m graders grade solutions/softmax.ipynb --json '{out}' | true",
+                          shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert json.loads(out.read_text())["score"] == 14
