@@ -208,6 +208,7 @@ def _grade(data, filename, name, limits, isolation, start, sha, label, note=None
                            execution_time=time.perf_counter() - start,
                            output=f"The submission could not be read: {err}. Every test scores 0.", **common)
 
+    extracted.memory_bytes = limits.memory_bytes
     notes = ([note] if note else []) + list(extracted.notes)
     missing = set(extracted.missing(exercise.functions))
     for fn in sorted(missing):
@@ -265,6 +266,10 @@ def _grade(data, filename, name, limits, isolation, start, sha, label, note=None
         notes.append(f"'{stmt}' failed in the grader ({why}); only numpy and Python's standard "
                      "library are available")
     output_lines.extend(f"Note: {n}" for n in notes)
+    oom = sum(r.oom_killed for r in runs)
+    if oom:
+        output_lines.append(f"Note: the kernel stopped {oom} of its processes for going over the memory "
+                            f"limit ({_size(limits.memory_bytes)} for all its processes together)")
     if sandbox:
         output_lines.append(f"Isolation: {sandbox.description}.")
     printed = "".join(r.output for r in runs)
@@ -277,7 +282,8 @@ def _grade(data, filename, name, limits, isolation, start, sha, label, note=None
                        extra={"isolation_detail": sandbox.description if sandbox else "",
                               "grader_version": GRADER_VERSION,
                               "runs": [{"killed": r.killed, "returncode": r.returncode,
-                                        "seconds": round(r.elapsed, 3)} for r in runs]},
+                                        "seconds": round(r.elapsed, 3), "cgroup": r.cgroup,
+                                        "oom_killed": r.oom_killed} for r in runs]},
                        **common)
 
 
@@ -361,6 +367,9 @@ def _death(run: Run, seconds: float, limits: Limits) -> tuple[str, str]:
                 "timeout")
     if run.killed == "channel_overflow":
         return "the submission flooded the grader's results channel during this test", "crashed"
+    if run.oom_killed:
+        return (f"ran out of memory during this test: its processes went over the limit of "
+                f"{_size(limits.memory_bytes)} together, and the kernel stopped them"), "crashed"
     return f"the submission's process ended during this test ({_exit_text(run.returncode)})", "crashed"
 
 
@@ -420,8 +429,15 @@ def _error_text(error, extracted: Extracted, fn: str | None = None) -> str:
     return f"{kind}: {text}{loc}" if text else f"{kind}{loc}"
 
 
-def _gib(_extracted) -> str:
-    return "2 GiB"
+def _gib(extracted) -> str:
+    return _size(getattr(extracted, "memory_bytes", 2 << 30))
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} bytes"
 
 
 def _judge(test, outcome, extracted: Extracted, seconds: float) -> tuple[bool, str, str | None]:

@@ -60,6 +60,7 @@ class Extracted:
     kind: str = "notebook"
     imports: set[str] = field(default_factory=set)   # the import statements wrapped, as reported
     guarded: dict[str, str] = field(default_factory=dict)  # defined only under `if __name__ == "__main__":`
+    memory_bytes: int = 2 << 30      # the memory limit it runs with (for the feedback; set by the grader)
 
     def locate(self, line: int | None) -> str | None:
         """Where line ``line`` of ``source`` came from, in the learner's terms."""

@@ -85,6 +85,8 @@ class Run:
     isolation: str = ""
     elapsed: float = 0.0
     channel_junk: int = 0                # lines on the channel that were not valid messages
+    cgroup: bool = False                 # its processes shared one memory limit (a cgroup)
+    oom_killed: int = 0                  # processes the kernel killed for going over it
 
 
 _live: set = set()                 # the sandboxes running now (to kill them on Ctrl-C)
@@ -259,6 +261,171 @@ def _sweep(uid: int | None = None, token: str | None = None, session: int | None
         time.sleep(0.01)
 
 
+# --------------------------------------------------------------------------------- cgroups
+
+_CGROUP_PREFIX = "kvgrader-"
+_cgroup_lock = threading.Lock()
+_cgroup_probe: dict[str, object] = {}
+
+
+def _cgroup_base() -> tuple[Path, int] | None:
+    """(the grader's own memory cgroup folder, cgroup version), where the grader may make the
+    sandboxes' cgroups, or None (not root, no memory controller, a cgroup v2 that does not
+    delegate it).  Looked up once."""
+    with _cgroup_lock:
+        if "base" not in _cgroup_probe:
+            _cgroup_probe["base"] = _find_cgroup_base()
+        return _cgroup_probe["base"]
+
+
+def _find_cgroup_base() -> tuple[Path, int] | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        own = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
+        mounts = []
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields, _, tail = line.partition(" - ")
+            fields, tail = fields.split(), tail.split()
+            if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
+                mounts.append((fields[3], fields[4], tail[0], set(tail[2].split(","))))
+    except (OSError, ValueError):
+        return None
+
+    def folder(fstype, cgpath, option=None):
+        for root, point, kind, options in mounts:
+            if kind == fstype and (option is None or option in options):
+                rel = os.path.relpath(cgpath, root) if cgpath.startswith(root) else None
+                if rel is not None and not rel.startswith(".."):
+                    return Path(point) / ("" if rel == "." else rel)
+        return None
+
+    for entry in own:                                   # cgroup v1: the memory hierarchy
+        if len(entry) == 3 and "memory" in entry[1].split(","):
+            base = folder("cgroup", entry[2], "memory")
+            if base is not None and (base / "memory.limit_in_bytes").exists():
+                return _usable(base, 1)
+    for entry in own:                                   # cgroup v2 (unified)
+        if len(entry) == 3 and entry[0] == "0" and entry[1] == "":
+            base = folder("cgroup2", entry[2])
+            if base is None:
+                continue
+            try:
+                if "memory" not in (base / "cgroup.subtree_control").read_text().split():
+                    (base / "cgroup.subtree_control").write_text("+memory")
+            except OSError:
+                return None
+            return _usable(base, 2)
+    return None
+
+
+def _usable(base: Path, version: int) -> tuple[Path, int] | None:
+    """``(base, version)`` if a cgroup can be made there (tried once); the ones a grader that was
+    killed left behind (its process id is in their name) are emptied and removed on the way."""
+    try:
+        for old in base.glob(_CGROUP_PREFIX + "*"):
+            try:
+                owner = int(old.name[len(_CGROUP_PREFIX):].split("-")[0])
+                os.kill(owner, 0)
+                continue                                # its grader is still running
+            except ProcessLookupError:
+                _Cgroup(old, version).remove()
+            except (ValueError, OSError):
+                continue
+        probe = base / f"{_CGROUP_PREFIX}{os.getpid()}-probe{secrets.token_hex(4)}"
+        probe.mkdir()
+        probe.rmdir()
+        return base, version
+    except OSError:
+        return None
+
+
+class _Cgroup:
+    """A cgroup of one run: every process of the sandbox in it (they share one memory limit, which
+    a fork, shared memory or a memfd cannot get around, unlike the per-process RLIMIT_AS), and a
+    sure list of them to kill at the end."""
+
+    def __init__(self, path: Path, version: int):
+        self.path, self.version = path, version
+        self.procs = path / "cgroup.procs"
+
+    @classmethod
+    def create(cls, memory_bytes: int, uid: int | None = None) -> "_Cgroup | None":
+        base = _cgroup_base()
+        if base is None:
+            return None
+        folder, version = base
+        path = folder / f"{_CGROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        group = cls(path, version)
+        try:
+            if version == 1:
+                (path / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                extra = [("memory.memsw.limit_in_bytes", str(memory_bytes))]
+            else:
+                (path / "memory.max").write_text(str(memory_bytes))
+                extra = [("memory.swap.max", "0")]
+            for name, value in extra:       # no swap to spill into, where the kernel accounts it
+                try:
+                    (path / name).write_text(value)
+                except OSError:
+                    pass
+            if uid is not None:             # the fallback's first process runs as that user
+                os.chown(group.procs, uid, uid)
+        except OSError:
+            group.remove()
+            return None
+        return group
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """``cmd`` started from inside the cgroup: a shell joins it, then becomes ``cmd``."""
+        return ["/bin/sh", "-c", 'echo $$ > "$0" 2>/dev/null; exec "$@"', str(self.procs), *cmd]
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(p) for p in self.procs.read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def oom_kills(self) -> int:
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        try:
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def kill(self) -> None:
+        """SIGKILL every process still in the cgroup, until none is left (up to 2 s)."""
+        for _ in range(200):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                self.kill()
+                time.sleep(0.02)
+
+
 class Sandbox:
     """Runs the harness on a job folder, in bubblewrap when it can ("auto"), or as asked
     ("bwrap" fails when bubblewrap cannot run; "subprocess" is the fallback on purpose)."""
@@ -278,12 +445,14 @@ class Sandbox:
 
     @property
     def description(self) -> str:
+        memory = ("one memory limit for all its processes (a cgroup)" if _cgroup_base() is not None
+                  else "a memory limit per process (no cgroup available)")
         if self.mode == "bwrap":
             who = "its own user id, no capabilities" if self.root else "a user namespace"
             return ("bubblewrap: no network, own PID namespace, read-only system and Python, private "
-                    f"/tmp and scratch, course checkout invisible, {who}")
+                    f"/tmp and scratch, course checkout invisible, {who}, {memory}")
         who = "its own user id" if self.own_user else "the grader's own user (it could signal the grader)"
-        return (f"subprocess fallback ({self.why}): resource limits, process-group kill, {who}; "
+        return (f"subprocess fallback ({self.why}): resource limits, process-group kill, {who}, {memory}; "
                 "the submission can read the grader's files and reach the network")
 
     def run(self, job_dir: Path, limits: Limits, test_seconds: dict[str, float], *,
@@ -294,6 +463,7 @@ class Sandbox:
         run = Run(isolation=self.mode)
         read_fd, write_fd = os.pipe()
         scratch = None
+        group = None
         try:
             if self.mode == "bwrap":
                 inner_fd = write_fd
@@ -322,6 +492,14 @@ class Sandbox:
                 cmd += ["--only", ",".join(only)]
             if public:
                 cmd += ["--public", public]
+            # All its processes share one memory limit, where the machine lets the grader make a
+            # cgroup (RLIMIT_AS alone is per process: 64 forked children would have 64 x 2 GiB).
+            # The tmpfs folders' pages are charged to it too, hence their room on top.
+            group = _Cgroup.create(limits.memory_bytes + 2 * limits.tmpfs_bytes,
+                                   uid if self.mode == "subprocess" else None)
+            if group is not None:
+                cmd = group.wrap(cmd)
+                run.cgroup = True
             start = time.monotonic()
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, pass_fds=(write_fd,),
@@ -339,6 +517,10 @@ class Sandbox:
             run.elapsed = time.monotonic() - start
             return run
         finally:
+            if group is not None:            # whatever is left in it dies, then it goes
+                group.kill()
+                run.oom_killed = group.oom_kills()
+                group.remove()
             if write_fd >= 0:
                 os.close(write_fd)
             os.close(read_fd)

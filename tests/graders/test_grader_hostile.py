@@ -259,3 +259,42 @@ def test_start_messages_from_the_submission_do_not_renew_a_tests_deadline():
     assert [t["name"] for t in failed] == ["no tokens cached yet (T = 0) gives 0"], \
         [(t["name"], t["output"]) for t in failed]
     assert "took longer than 0.5 s" in failed[0]["output"]
+
+
+def _cgroups():
+    from graders.sandbox import _cgroup_base
+    return _cgroup_base() is not None
+
+
+needs_cgroup = pytest.mark.skipif(not _cgroups(), reason="the grader cannot make cgroups here (not root, or "
+                                                           "no memory controller): memory is limited per process")
+SMALL_MEMORY = Limits(memory_bytes=256 << 20, tmpfs_bytes=16 << 20, test_seconds=4, submission_seconds=20)
+
+
+@needs_cgroup
+def test_forked_children_share_one_memory_limit():
+    """Six children of 200 MiB each, under a 256 MiB limit: RLIMIT_AS alone let them all have it
+    (1.2 GiB; with the 2 GiB default and 64 processes, far more than the machine)."""
+    result = grade_hostile("fork_memory.py", "time_per_token", limits=SMALL_MEMORY,
+                           fill={"__CHUNK__": 200 << 20})
+    assert_zero(result)
+    assert result["runs"] and all(r["cgroup"] for r in result["runs"])
+    assert any("memory" in t["output"] for t in result["tests"]) or "memory limit" in result["output"]
+    again = grade_text(GOOD["time_per_token"], "time_per_token")
+    assert again["score"] == again["max_score"]
+
+
+@needs_cgroup
+def test_memory_held_in_anonymous_files_counts_too():
+    """80 memfds of 8 MiB (640 MiB) under a 256 MiB limit: no per-process limit sees them."""
+    result = grade_hostile("memfd_memory.py", "time_per_token", limits=SMALL_MEMORY, fill={"__COUNT__": 80})
+    assert_zero(result)
+    assert "memory" in result["output"] + " ".join(t["output"] for t in result["tests"])
+
+
+def test_the_memory_limit_said_is_the_one_used():
+    """The feedback said "the limit is 2 GiB" whatever --memory was."""
+    result = grade_hostile("memory_bomb.py", "time_per_token",
+                           limits=Limits(memory_bytes=384 << 20, test_seconds=5, submission_seconds=30))
+    assert_zero(result)
+    assert any("384 MiB" in t["output"] for t in result["tests"]), [t["output"] for t in result["tests"]]

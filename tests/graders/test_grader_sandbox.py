@@ -234,3 +234,27 @@ def test_explicit_bwrap_request_fails_clearly_when_impossible(monkeypatch):
     with pytest.raises(RuntimeError, match="not installed"):
         Sandbox("bwrap")
     assert Sandbox("auto").mode == "subprocess"
+
+
+def test_cgroups_left_by_a_killed_grader_are_removed():
+    """A grader killed mid-run (SIGKILL) leaves its sandboxes' cgroups behind; the next grader
+    removes those whose grader is gone, and only those."""
+    import subprocess
+    from graders import sandbox
+    base = sandbox._cgroup_base()
+    if base is None:
+        pytest.skip("the grader cannot make cgroups here")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = base[0] / f"{sandbox._CGROUP_PREFIX}{dead.pid}-test"
+    live = base[0] / f"{sandbox._CGROUP_PREFIX}{os.getpid()}-test"
+    stale.mkdir()
+    live.mkdir()
+    try:
+        sandbox._cgroup_probe.clear()
+        assert sandbox._cgroup_base() == base
+        assert not stale.exists() and live.exists()
+    finally:
+        for folder in (stale, live):
+            if folder.exists():
+                folder.rmdir()
