@@ -268,17 +268,18 @@ _cgroup_lock = threading.Lock()
 _cgroup_probe: dict[str, object] = {}
 
 
-def _cgroup_base() -> tuple[Path, int] | None:
-    """(the grader's own memory cgroup folder, cgroup version), where the grader may make the
-    sandboxes' cgroups, or None (not root, no memory controller, a cgroup v2 that does not
-    delegate it).  Looked up once."""
+def _cgroup_base() -> dict | None:
+    """Where the grader may make the sandboxes' cgroups (see ``_find_cgroup_base``), or None (not
+    root, no memory controller, a cgroup v2 that does not delegate it).  Looked up once."""
     with _cgroup_lock:
         if "base" not in _cgroup_probe:
             _cgroup_probe["base"] = _find_cgroup_base()
         return _cgroup_probe["base"]
 
 
-def _find_cgroup_base() -> tuple[Path, int] | None:
+def _find_cgroup_base() -> dict | None:
+    """{"memory": folder, "version": 1 or 2, "pids": folder or None}: the grader's own cgroups
+    (memory, and the process-count controller when it is a separate v1 hierarchy)."""
     if os.geteuid() != 0:
         return None
     try:
@@ -300,28 +301,39 @@ def _find_cgroup_base() -> tuple[Path, int] | None:
                     return Path(point) / ("" if rel == "." else rel)
         return None
 
-    for entry in own:                                   # cgroup v1: the memory hierarchy
-        if len(entry) == 3 and "memory" in entry[1].split(","):
-            base = folder("cgroup", entry[2], "memory")
-            if base is not None and (base / "memory.limit_in_bytes").exists():
-                return _usable(base, 1)
+    def v1(controller):
+        for entry in own:
+            if len(entry) == 3 and controller in entry[1].split(","):
+                return folder("cgroup", entry[2], controller)
+        return None
+
+    memory = v1("memory")                               # cgroup v1: the memory hierarchy
+    if memory is not None and (memory / "memory.limit_in_bytes").exists() and _usable(memory):
+        pids = v1("pids")
+        return {"memory": memory, "version": 1, "pids": pids if pids is not None and _usable(pids) else None}
     for entry in own:                                   # cgroup v2 (unified)
         if len(entry) == 3 and entry[0] == "0" and entry[1] == "":
             base = folder("cgroup2", entry[2])
             if base is None:
                 continue
             try:
-                if "memory" not in (base / "cgroup.subtree_control").read_text().split():
-                    (base / "cgroup.subtree_control").write_text("+memory")
+                control = base / "cgroup.subtree_control"
+                if "memory" not in control.read_text().split():
+                    control.write_text("+memory")
+                if "pids" not in control.read_text().split():
+                    try:
+                        control.write_text("+pids")
+                    except OSError:
+                        pass
             except OSError:
                 return None
-            return _usable(base, 2)
+            return {"memory": base, "version": 2, "pids": None} if _usable(base) else None
     return None
 
 
-def _usable(base: Path, version: int) -> tuple[Path, int] | None:
-    """``(base, version)`` if a cgroup can be made there (tried once); the ones a grader that was
-    killed left behind (its process id is in their name) are emptied and removed on the way."""
+def _usable(base: Path) -> bool:
+    """Whether a cgroup can be made in ``base`` (tried once); the ones a grader that was killed left
+    behind (its process id is in their name) are emptied and removed on the way."""
     try:
         for old in base.glob(_CGROUP_PREFIX + "*"):
             try:
@@ -329,71 +341,83 @@ def _usable(base: Path, version: int) -> tuple[Path, int] | None:
                 os.kill(owner, 0)
                 continue                                # its grader is still running
             except ProcessLookupError:
-                _Cgroup(old, version).remove()
+                _Cgroup([old]).remove()
             except (ValueError, OSError):
                 continue
         probe = base / f"{_CGROUP_PREFIX}{os.getpid()}-probe{secrets.token_hex(4)}"
         probe.mkdir()
         probe.rmdir()
-        return base, version
+        return True
     except OSError:
-        return None
+        return False
 
 
 class _Cgroup:
-    """A cgroup of one run: every process of the sandbox in it (they share one memory limit, which
-    a fork, shared memory or a memfd cannot get around, unlike the per-process RLIMIT_AS), and a
-    sure list of them to kill at the end."""
+    """The cgroup(s) of one run: every process of the sandbox in it, sharing one memory limit
+    (which a fork, shared memory or a memfd cannot get around, unlike the per-process RLIMIT_AS)
+    and one process count (which, unlike RLIMIT_NPROC, holds when the sandbox has no user id of
+    its own), and a sure list of them to kill at the end.  ``paths[0]`` has the memory
+    controller; with cgroup v1 a second folder may have the process count."""
 
-    def __init__(self, path: Path, version: int):
-        self.path, self.version = path, version
-        self.procs = path / "cgroup.procs"
+    def __init__(self, paths: list[Path], version: int = 1):
+        self.paths, self.version = paths, version
+        self.procs = [p / "cgroup.procs" for p in paths]
 
     @classmethod
-    def create(cls, memory_bytes: int, uid: int | None = None) -> "_Cgroup | None":
+    def create(cls, memory_bytes: int, processes: int, uid: int | None = None) -> "_Cgroup | None":
         base = _cgroup_base()
         if base is None:
             return None
-        folder, version = base
-        path = folder / f"{_CGROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        name = f"{_CGROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+        paths = [base["memory"] / name] + ([base["pids"] / name] if base["pids"] is not None else [])
+        group = cls([], base["version"])
         try:
-            path.mkdir()
-        except OSError:
-            return None
-        group = cls(path, version)
-        try:
-            if version == 1:
-                (path / "memory.limit_in_bytes").write_text(str(memory_bytes))
-                extra = [("memory.memsw.limit_in_bytes", str(memory_bytes))]
+            for path in paths:
+                path.mkdir()
+                group.paths.append(path)
+                group.procs.append(path / "cgroup.procs")
+            memory = paths[0]
+            if group.version == 1:
+                (memory / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                optional = [(memory / "memory.memsw.limit_in_bytes", str(memory_bytes))]
             else:
-                (path / "memory.max").write_text(str(memory_bytes))
-                extra = [("memory.swap.max", "0")]
-            for name, value in extra:       # no swap to spill into, where the kernel accounts it
+                (memory / "memory.max").write_text(str(memory_bytes))
+                optional = [(memory / "memory.swap.max", "0")]
+            optional += [(paths[-1] / "pids.max", str(processes))]
+            for path, value in optional:    # no swap to spill into; a process count, where they exist
                 try:
-                    (path / name).write_text(value)
+                    path.write_text(value)
                 except OSError:
                     pass
             if uid is not None:             # the fallback's first process runs as that user
-                os.chown(group.procs, uid, uid)
+                for procs in group.procs:
+                    os.chown(procs, uid, uid)
         except OSError:
             group.remove()
             return None
         return group
 
     def wrap(self, cmd: list[str]) -> list[str]:
-        """``cmd`` started from inside the cgroup: a shell joins it, then becomes ``cmd``."""
-        return ["/bin/sh", "-c", 'echo $$ > "$0" 2>/dev/null; exec "$@"', str(self.procs), *cmd]
+        """``cmd`` started from inside the cgroup(s): a shell joins them, then becomes ``cmd``."""
+        joins = "; ".join(f'echo $$ > "${k}" 2>/dev/null' for k in range(len(self.procs)))
+        shifts = "; shift" * (len(self.procs) - 1)
+        return ["/bin/sh", "-c", f'{joins}{shifts}; exec "$@"', *map(str, self.procs), *cmd]
 
     def pids(self) -> list[int]:
-        try:
-            return [int(p) for p in self.procs.read_text().split()]
-        except (OSError, ValueError):
-            return []
+        found = set()
+        for procs in self.procs:
+            try:
+                found.update(int(p) for p in procs.read_text().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
 
     def oom_kills(self) -> int:
+        if not self.paths:
+            return 0
         name = "memory.oom_control" if self.version == 1 else "memory.events"
         try:
-            for line in (self.path / name).read_text().splitlines():
+            for line in (self.paths[0] / name).read_text().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
@@ -415,15 +439,16 @@ class _Cgroup:
             time.sleep(0.01)
 
     def remove(self) -> None:
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                self.kill()
-                time.sleep(0.02)
+        for path in self.paths:
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    self.kill()
+                    time.sleep(0.02)
 
 
 class Sandbox:
@@ -495,7 +520,7 @@ class Sandbox:
             # All its processes share one memory limit, where the machine lets the grader make a
             # cgroup (RLIMIT_AS alone is per process: 64 forked children would have 64 x 2 GiB).
             # The tmpfs folders' pages are charged to it too, hence their room on top.
-            group = _Cgroup.create(limits.memory_bytes + 2 * limits.tmpfs_bytes,
+            group = _Cgroup.create(limits.memory_bytes + 2 * limits.tmpfs_bytes, limits.processes + 8,
                                    uid if self.mode == "subprocess" else None)
             if group is not None:
                 cmd = group.wrap(cmd)

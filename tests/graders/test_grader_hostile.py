@@ -298,3 +298,31 @@ def test_the_memory_limit_said_is_the_one_used():
                            limits=Limits(memory_bytes=384 << 20, test_seconds=5, submission_seconds=30))
     assert_zero(result)
     assert any("384 MiB" in t["output"] for t in result["tests"]), [t["output"] for t in result["tests"]]
+
+
+@pytest.mark.skipif(not _cgroups() or Sandbox("subprocess").own_user,
+                    reason="the fallback shares the grader's user id only where the interpreter is not "
+                           "world-readable, and a process count needs a cgroup")
+def test_the_fallback_without_a_user_of_its_own_still_counts_processes():
+    """RLIMIT_NPROC means nothing to a sandbox that runs as the grader's own user (root ignores it):
+    200 forks all succeeded.  The run's cgroup counts them instead."""
+    source = """
+        import ctypes, os, time
+        def kv_cache_bytes(n_layers, n_kv_heads, head_dim, n_tokens, bytes_per_value):
+            for n in range(200):
+                try:
+                    pid = os.fork()
+                except OSError:
+                    raise RuntimeError(f"fork number {n + 1} refused")
+                if pid == 0:
+                    ctypes.CDLL(None).prctl(15, b"counted-child", 0, 0, 0)
+                    time.sleep(30)
+                    os._exit(0)
+            return 2 * n_layers * n_kv_heads * head_dim * n_tokens * bytes_per_value
+        """
+    result = grade_text(source, "kv_cache_bytes", isolation="subprocess",
+                        limits=Limits(test_seconds=2, submission_seconds=10))
+    assert_zero(result)
+    assert "fork number" in result["tests"][0]["output"]
+    time.sleep(0.2)
+    assert _processes_matching("counted-child") == []

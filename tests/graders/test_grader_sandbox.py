@@ -246,8 +246,8 @@ def test_cgroups_left_by_a_killed_grader_are_removed():
         pytest.skip("the grader cannot make cgroups here")
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = base[0] / f"{sandbox._CGROUP_PREFIX}{dead.pid}-test"
-    live = base[0] / f"{sandbox._CGROUP_PREFIX}{os.getpid()}-test"
+    stale = base["memory"] / f"{sandbox._CGROUP_PREFIX}{dead.pid}-test"
+    live = base["memory"] / f"{sandbox._CGROUP_PREFIX}{os.getpid()}-test"
     stale.mkdir()
     live.mkdir()
     try:
