@@ -326,3 +326,11 @@ def test_the_fallback_without_a_user_of_its_own_still_counts_processes():
     assert "fork number" in result["tests"][0]["output"]
     time.sleep(0.2)
     assert _processes_matching("counted-child") == []
+
+
+def test_a_sigalrm_the_submission_sends_itself_is_not_a_timeout():
+    """It used to end every test as "took longer than 0.5 s" after a few milliseconds (and the
+    give-up rule then skipped the rest)."""
+    result = grade_hostile("self_alarm.py", "kv_cache_bytes")
+    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
+    assert result["score"] == result["max_score"]
