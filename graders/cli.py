@@ -135,30 +135,58 @@ def _usage(message: str) -> int:
 
 def _grade(args) -> int:
     from .grading import UsageError, grade_file
-    from .results import format_text, make_result, write_json
+    from .results import write_json
     if args.exercise is not None and args.exercise not in registry.names():
         _write_usage_result(args, f"no exercise named {args.exercise!r}")
         return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
+    from .sandbox import SandboxUnavailable
     try:
         result = grade_file(args.submission, args.exercise, limits=_limits(args), isolation=args.isolation)
-    except UsageError as err:
-        _write_usage_result(args, str(err))
-        return _usage(str(err))
-    except RuntimeError as err:          # --isolation bwrap where bubblewrap cannot run
+    except (UsageError, SandboxUnavailable) as err:     # (bwrap asked for where it cannot run)
         _write_usage_result(args, str(err))
         return _usage(str(err))
     except Exception as err:  # noqa: BLE001 - the grader crashed before it had a result
-        result = make_result(exercise=args.exercise, tests=[], status="grader_error", isolation="none",
-                             execution_time=0.0, output=f"The grader itself failed: {type(err).__name__}: {err}",
-                             submission=args.submission)
+        result = _crash_result(args, err)
     if args.json:
         try:
             write_json(args.json, result)
         except OSError as err:
-            print(format_text(result, show_output=args.show_output))
+            _print_result(result, args)
             return _usage(f"cannot write {args.json}: {err.strerror}")
-    print(format_text(result, show_output=args.show_output))
+        except Exception as err:  # noqa: BLE001 - a result that cannot be written as JSON
+            result = _crash_result(args, err)
+            write_json(args.json, result)
+    _print_result(result, args)
     return 0
+
+
+def _crash_result(args, err: BaseException) -> dict:
+    """A result for a grader that crashed outside the grading itself: every test of the exercise
+    (when it can still be told) at 0, so that the maximum score stays right."""
+    from .results import make_result, test_entry
+    name, tests = args.exercise, []
+    try:
+        from .grading import read_submission, resolve_exercise
+        if name is None:
+            name = resolve_exercise(read_submission(args.submission), Path(args.submission).name, None)
+        tests = [test_entry(t.name, t.points, False, "not graded: the grader failed", t.visibility)
+                 for t in registry.tests(name)]
+    except Exception:  # noqa: BLE001
+        pass
+    return make_result(exercise=name, tests=tests, status="grader_error", isolation="none",
+                       execution_time=0.0, output=f"The grader itself failed ({type(err).__name__}: {err}); "
+                                                  "this is not your fault. Please tell the course staff.",
+                       submission=args.submission)
+
+
+def _print_result(result: dict, args) -> None:
+    from .results import format_text
+    try:
+        text = format_text(result, show_output=args.show_output)
+    except Exception as err:  # noqa: BLE001 - the text is a courtesy; the result is what counts
+        text = (f"{result.get('exercise') or '?'}: {args.submission}\n  (the feedback could not be "
+                f"printed: {type(err).__name__})\nScore: {result.get('score')} / {result.get('max_score')}")
+    print(text)
 
 
 def _write_usage_result(args, message: str) -> None:
@@ -199,10 +227,15 @@ def _check(args) -> int:
     from public_checks import HIDDEN_NOTE
     if args.exercise is not None and args.exercise not in registry.names():
         return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
+    from .sandbox import SandboxUnavailable
     try:
         report = check_file(args.submission, args.exercise, limits=_limits(args), isolation=args.isolation)
-    except (UsageError, RuntimeError) as err:
+    except (UsageError, SandboxUnavailable) as err:
         return _usage(str(err))
+    except Exception as err:  # noqa: BLE001 - never a traceback
+        print(f"{args.submission}: the public checks could not run: the grader itself failed "
+              f"({type(err).__name__}: {err})")
+        return 1
     name = report["exercise"]
     print(f"{name}: public checks of {args.submission}")
     if report["problem"]:

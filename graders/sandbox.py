@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "Run", "Sandbox", "HARNESS", "bwrap_status", "kill_all"]
+__all__ = ["Limits", "Run", "Sandbox", "SandboxUnavailable", "HARNESS", "bwrap_status", "kill_all"]
 
 HARNESS = Path(__file__).resolve().parent / "harness.py"
 GRACE = 1.0           # seconds the grader waits beyond the harness's own timer before killing
@@ -87,6 +87,10 @@ class Run:
     channel_junk: int = 0                # lines on the channel that were not valid messages
     cgroup: bool = False                 # its processes shared one memory limit (a cgroup)
     oom_killed: int = 0                  # processes the kernel killed for going over it
+
+
+class SandboxUnavailable(RuntimeError):
+    """``isolation="bwrap"`` was asked for where bubblewrap cannot run."""
 
 
 _live: set = set()                 # the sandboxes running now (to kill them on Ctrl-C)
@@ -460,7 +464,7 @@ class Sandbox:
             raise ValueError("isolation must be auto, bwrap or subprocess")
         ok, why = bwrap_status() if isolation != "subprocess" else (False, "the fallback was asked for")
         if isolation == "bwrap" and not ok:
-            raise RuntimeError(f"bubblewrap cannot be used: {why}")
+            raise SandboxUnavailable(f"bubblewrap cannot be used: {why}")
         self.mode = "bwrap" if ok else "subprocess"
         self.why = why
         self.root = os.geteuid() == 0

@@ -178,3 +178,41 @@ def test_a_reader_that_goes_away_gets_no_traceback(tmp_path):
                           shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert json.loads(out.read_text())["score"] == 14
+
+
+@pytest.mark.parametrize("target, error", [
+    ("graders.grading._resolve", RecursionError("deep")),              # a RuntimeError: was a usage error, exit 2
+    ("graders.grading.read_submission", KeyError("boom")),
+    ("graders.results.write_json", TypeError("not JSON serializable")),  # only its first call fails
+])
+def test_the_grader_crashing_anywhere_still_writes_a_result_and_exits_0(tmp_path, monkeypatch, capsys, target, error):
+    import importlib
+    module_name, attr = target.rsplit(".", 1)
+    module = importlib.import_module(module_name)
+    real, calls = getattr(module, attr), []
+
+    def boom(*args, **kwargs):
+        calls.append(1)
+        if attr == "write_json" and len(calls) > 1:
+            return real(*args, **kwargs)
+        raise error
+    monkeypatch.setattr(module, attr, boom)
+    sub = tmp_path / "softmax.py"
+    sub.write_text(GOOD["softmax"])
+    out = tmp_path / "r.json"
+    assert cli.main(["grade", str(sub), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["status"] == "grader_error" and result["score"] == 0
+    assert "not your fault" in result["output"]
+    assert "Score: 0" in capsys.readouterr().out
+
+
+def test_feedback_that_cannot_be_printed_still_leaves_the_result(tmp_path, monkeypatch, capsys):
+    import graders.results
+    monkeypatch.setattr(graders.results, "format_text", lambda *a, **k: 1 / 0)
+    sub = tmp_path / "softmax.py"
+    sub.write_text(GOOD["softmax"])
+    out = tmp_path / "r.json"
+    assert cli.main(["grade", str(sub), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["score"] == 14
+    assert "Score: 14" in capsys.readouterr().out
