@@ -157,14 +157,19 @@ def check_exact_int(value, expected: int, what: str, hints: dict[float, str] | N
     else:
         actual = int(value)
     if actual != expected:
-        ratio = actual / expected if expected else math.inf
-        if expected and actual and actual != expected and 0 < abs(ratio) < 1e300:
+        try:                                # int / int: an OverflowError for a huge answer
+            ratio = actual / expected if expected else math.inf
+        except OverflowError:
+            ratio = math.inf
+        if expected == 0:                   # never "should be 0": that would be the expected value
+            text = f"{what} is {'too large' if actual > 0 else 'negative'} here"
+        elif actual == 0:
+            text = f"{what} is 0, which is wrong here"
+        elif abs(ratio) < 1e300:
             rel = abs(actual - expected) / abs(expected)
             text = f"{what} is off by a relative {rel:.1e}"
-        elif expected == 0:
-            text = f"{what} should be 0 here"
         else:
-            text = f"{what} is 0, which is wrong here"
+            text = f"{what} is far too large"
         extra = ratio_hint(ratio, hints or {}) if expected else ""
         if extra:
             text += f"; {extra}"

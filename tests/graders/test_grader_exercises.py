@@ -172,7 +172,7 @@ WRONG = [
     ("max_batch", """
         def max_batch(gpu_bytes, weight_bytes, n_layers, n_kv_heads, head_dim, seq_len, bytes_per_value):
             return (gpu_bytes - weight_bytes) // (2 * n_layers * n_kv_heads * head_dim * seq_len * bytes_per_value)
-        """, "should be 0 here"),
+        """, "the result is negative here"),
     ("arithmetic_intensity", """
         def arithmetic_intensity(n, d, bytes_per_value):
             return (4 * d + 3) * n // (4 * bytes_per_value * (n + d))
@@ -196,6 +196,16 @@ def test_common_mistakes_lose_points_with_a_diagnosis(exercise, source, words):
 
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def test_an_expected_zero_is_never_named():
+    """ "case 7 of 30: the result should be 0 here" gave away a hidden case's expected value."""
+    from graders.checks import Fail, check_exact_int
+    with pytest.raises(Fail) as info:
+        check_exact_int(3, 0, "case 7 of 30: the result")
+    assert "0" not in info.value.args[0].replace("30", "")
+    with pytest.raises(Fail, match="far too large"):       # an int too big for a float ratio
+        check_exact_int(10 ** 400, 12345, "the result")
 
 
 @pytest.mark.parametrize("exercise", sorted(EXERCISES))
