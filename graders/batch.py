@@ -229,6 +229,13 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
     return summary
 
 
+def _cell(text: str) -> str:
+    """A CSV cell a spreadsheet shows as text: one starting like a formula (``=HYPERLINK(...)``, a
+    learner's file name or words from their code) gets a leading apostrophe."""
+    text = str(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def write_gradebook(out_csv: Path, exercise: str, results: dict[str, dict]) -> None:
     """The CSV: a row per submission, a column per test (its points), then the total, atomically."""
     tests = registry.tests(exercise)
@@ -252,7 +259,7 @@ def write_gradebook(out_csv: Path, exercise: str, results: dict[str, dict]) -> N
                      if not l.startswith("Isolation:") and " hidden tests passed" not in l]
             lines += [t.get("output", "") for t in result.get("tests", []) if t.get("status") != "passed"]
             message = (lines[0] if lines else "")[:300]
-        writer.writerow([name, result.get("status", ""), f"{result.get('score', 0):g}",
+        writer.writerow([_cell(name), result.get("status", ""), f"{result.get('score', 0):g}",
                          f"{result.get('max_score', 0):g}", *cells, result.get("isolation", ""),
-                         result.get("execution_time", ""), result.get("sha256", ""), message])
+                         result.get("execution_time", ""), result.get("sha256", ""), _cell(message)])
     write_text(out_csv, buf.getvalue())

@@ -236,16 +236,17 @@ def _check(args) -> int:
         print(f"{args.submission}: the public checks could not run: the grader itself failed "
               f"({type(err).__name__}: {err})")
         return 1
+    from .results import printable
     name = report["exercise"]
     print(f"{name}: public checks of {args.submission}")
     if report["problem"]:
-        print(f"  {report['problem']}")
+        print(f"  {printable(report['problem'])}")
         print(f"{name}: the public checks could not run.")
         return 1
     outcomes = report["outcomes"]
     for o in outcomes:
         mark = {"passed": "ok  ", "failed": "FAIL", "not implemented": "todo"}[o["status"]]
-        print(f"  [{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else ""))
+        print(printable(f"  [{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else "")))
     passed = sum(o["status"] == "passed" for o in outcomes)
     print(f"{passed} of {len(outcomes)} public checks passed.")
     if outcomes and passed == len(outcomes):

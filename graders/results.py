@@ -102,6 +102,16 @@ def write_text(path, text: str) -> None:
         raise
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0)]}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown as ``\\x1b`` and so on: what a submission printed or
+    put in an exception message must not drive the instructor's terminal (escape sequences that
+    clear it, retitle it, write the clipboard, or a carriage return that hides a line)."""
+    return str(text).translate(_CONTROL)
+
+
 def _points(x: float) -> str:
     return f"{x:g}"
 
@@ -125,4 +135,4 @@ def format_text(result: dict, *, show_output: bool = False) -> str:
     passed = sum(t["status"] == "passed" for t in result.get("tests", []))
     lines.append(f"Score: {_points(result['score'])} / {_points(result['max_score'])} "
                  f"({passed} of {len(result.get('tests', []))} tests passed; status {result['status']})")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)

@@ -216,3 +216,25 @@ def test_feedback_that_cannot_be_printed_still_leaves_the_result(tmp_path, monke
     assert cli.main(["grade", str(sub), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["score"] == 14
     assert "Score: 14" in capsys.readouterr().out
+
+
+def test_escape_sequences_from_the_submission_never_reach_the_terminal(tmp_path):
+    """What a submission prints or raises is shown to the instructor: raw, its escape sequences
+    could clear or retitle the terminal, write the clipboard (OSC 52), or hide a line (\\r)."""
+    sub = tmp_path / "kv_cache_bytes.py"
+    sub.write_text('def kv_cache_bytes(*a):\n    print("\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07")\n'
+                   '    raise ValueError("\\x1b[31mred\\x1b[0m\\r\\x9b hidden")\n')
+    proc = graders("grade", sub, "--show-output")
+    assert proc.returncode == 0
+    assert not any(c in proc.stdout for c in "\x1b\x07\r\x9b"), repr(proc.stdout)
+    assert "\\x1b[31mred" in proc.stdout and "\\x1b]52;c;" in proc.stdout
+
+
+def test_a_gradebook_cell_is_never_a_spreadsheet_formula(tmp_path):
+    from graders.batch import run_batch
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "=HYPERLINK(1) kv_cache_bytes.py").write_text("def kv_cache_bytes(*a):\n    return 1\n")
+    run_batch(tmp_path / "class", "kv_cache_bytes", tmp_path / "gb.csv", jobs=1, progress=False)
+    import csv
+    rows = list(csv.DictReader(open(tmp_path / "gb.csv", newline="")))
+    assert rows[0]["submission"] == "'=HYPERLINK(1) kv_cache_bytes.py"
