@@ -64,6 +64,15 @@ def _json_name(rel: Path) -> str:
     return "__".join(rel.parts) + ".json"
 
 
+def _json_names(rels: list[Path]) -> dict[Path, str]:
+    """The results file of each submission: ``learner__hw.ipynb.json``; when two would share a name
+    (``a/b.py`` and a file called ``a__b.py``), each of those gets a hash of its path too, so that
+    no learner's file name can overwrite another's results."""
+    counts = Counter(_json_name(rel) for rel in rels)
+    return {rel: _json_name(rel) if counts[_json_name(rel)] == 1 else
+            f"{_json_name(rel)[:-5]}-{hashlib.sha256(str(rel).encode()).hexdigest()[:10]}.json" for rel in rels}
+
+
 def grade_blob(data: bytes, filename: str, exercise: str, limits: dict, isolation: str, label: str) -> dict:
     """Grade one submission's bytes (what a thread or a Dask worker runs).  Always a result."""
     from .grading import grade_bytes
@@ -132,9 +141,10 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
     submissions = discover(directory, skip=(results_dir, out_csv))
     results: dict[str, dict] = {}
     todo = []
+    names = _json_names([path.relative_to(directory) for path in submissions])
     for path in submissions:            # hashed here, read only when its turn comes (memory)
         rel = path.relative_to(directory)
-        target = results_dir / _json_name(rel)
+        target = results_dir / names[rel]
         try:
             sha = _file_sha256(path)
         except OSError as err:          # one file the grader cannot read does not stop the class

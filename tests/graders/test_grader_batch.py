@@ -227,3 +227,20 @@ def test_only_a_few_submissions_are_held_in_memory_at_once(tmp_path, monkeypatch
                         progress=False)
     assert summary["missing_results"] == 0 and state["read"] == 8
     assert state["most"] <= 2          # 2 x jobs in flight, not the whole class
+
+
+def test_a_file_name_cannot_overwrite_another_learners_results(tmp_path):
+    """``alice/hw.py`` and a file called ``alice__hw.py`` both had ``alice__hw.py.json``: the second
+    graded overwrote the first's results (and every rerun regraded both)."""
+    (tmp_path / "class" / "alice").mkdir(parents=True)
+    (tmp_path / "class" / "alice" / "hw.py").write_text(GOOD["kv_cache_bytes"])
+    (tmp_path / "class" / "alice__hw.py").write_text("def kv_cache_bytes(*a):\n    return 1\n")
+    out = tmp_path / "gb.csv"
+    run_batch(tmp_path / "class", "kv_cache_bytes", out, jobs=1, limits=FAST, progress=False)
+    files = sorted((tmp_path / "gb-results").glob("*.json"))
+    assert len(files) == 2
+    by_submission = {json.loads(p.read_text())["submission"]: json.loads(p.read_text()) for p in files}
+    assert by_submission["alice/hw.py"]["score"] == by_submission["alice/hw.py"]["max_score"]
+    assert by_submission["alice__hw.py"]["score"] < by_submission["alice__hw.py"]["max_score"]
+    again = run_batch(tmp_path / "class", "kv_cache_bytes", out, jobs=1, limits=FAST, progress=False)
+    assert again["graded"] == 0 and again["resumed"] == 2
