@@ -119,6 +119,8 @@ def encode(value, store=None, _budget=None, _depth=0):
             return {"$obj": _type_name(value)}
         node = store(arr) if store else {"$npy": base64.b64encode(array_to_bytes(arr)).decode("ascii")}
         return {"$npscalar": node}
+    if (t is list or t is tuple or t is dict) and len(value) > budget[0]:   # exact types: len runs no user code
+        return {"$obj": f"{t.__name__} of {len(value)} items", "why": "too large"}
     if t is list or t is tuple:
         items = [encode(v, store, budget, _depth + 1) for v in value]
         return {"$list" if t is list else "$tuple": items}

@@ -59,3 +59,11 @@ def test_deep_or_huge_containers_are_cut():
     node = json.dumps(encode(nested))
     assert "too large" in node
     assert "too large" in json.dumps(encode(list(range(200_000))))
+
+
+def test_a_huge_container_is_cut_without_walking_it():
+    """A list of ten million items was walked item by item (each encoded as "too large") until the
+    test's time ran out; it is now refused at once, by its length."""
+    node = encode([[0] * 10_000_000, [1]])
+    assert node["$list"][0] == {"$obj": "list of 10000000 items", "why": "too large"}
+    assert decode(node["$list"][1]) == [1]
