@@ -30,7 +30,7 @@ from .harness import decode, encode
 from .notebook import MAX_FILE_BYTES, Extracted, Unreadable, extract, infer_exercise, peek
 from .registry import Ref
 from .results import make_result, test_entry
-from .sandbox import Limits, Run, Sandbox
+from .sandbox import Limits, Run, Sandbox, work_folder
 
 __all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files"]
 
@@ -294,7 +294,7 @@ def _run_tests(sandbox: Sandbox, extracted: Extracted, name: str, runnable, limi
     runs: list[Run] = []
     import_error = None
     remaining = [t.id for t in runnable]
-    folder = Path(tempfile.mkdtemp(prefix="grader-job-"))
+    folder = Path(work_folder("grader-job-"))
     try:
         _write_job(folder, extracted.source, name, limits)
         while remaining:
@@ -531,7 +531,7 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
         return {"exercise": name, "outcomes": [], "isolation": "none",
                 "problem": f"no function named '{missing[0]}' was found: {extracted.suggestion(missing[0])}"}
     sandbox = Sandbox(isolation)
-    folder = Path(tempfile.mkdtemp(prefix="grader-check-"))
+    folder = Path(work_folder("grader-check-"))
     try:
         (folder / "submission.py").write_text(extracted.source, encoding="utf-8")
         (folder / "spec.json").write_text(json.dumps({

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import selectors
 import shutil
@@ -265,6 +266,46 @@ def _sweep(uid: int | None = None, token: str | None = None, session: int | None
         time.sleep(0.01)
 
 
+# ------------------------------------------------------------------------- work folders
+
+_STALE = re.compile(r"grader-(?:job|check|scratch)-(\d+)-")
+STALE_AFTER = 600.0    # seconds: older than any run, in case another PID namespace shares /tmp
+_swept: list[bool] = []
+
+
+def work_folder(prefix: str) -> str:
+    """A fresh temporary folder named after this grader's process id, so that the ones a grader
+    killed mid-run left behind (hidden inputs in them) can be told apart and removed: the first
+    call of each process removes those of graders that are gone."""
+    import tempfile
+    with _cgroup_lock:
+        if not _swept:
+            _swept.append(True)
+            _remove_stale_folders(Path(tempfile.gettempdir()))
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-")
+
+
+def _remove_stale_folders(tmp: Path) -> None:
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return
+    for entry in entries:
+        match = _STALE.match(entry.name)
+        if not match:
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if (info.st_uid != os.geteuid() or not entry.is_dir(follow_symlinks=False)
+                    or time.time() - info.st_mtime < STALE_AFTER):
+                continue
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except (OSError, ValueError):
+            continue
+
+
 # --------------------------------------------------------------------------------- cgroups
 
 _CGROUP_PREFIX = "kvgrader-"
@@ -342,6 +383,8 @@ def _usable(base: Path) -> bool:
         for old in base.glob(_CGROUP_PREFIX + "*"):
             try:
                 owner = int(old.name[len(_CGROUP_PREFIX):].split("-")[0])
+                if time.time() - old.stat().st_mtime < STALE_AFTER:
+                    continue
                 os.kill(owner, 0)
                 continue                                # its grader is still running
             except ProcessLookupError:
@@ -503,7 +546,7 @@ class Sandbox:
             else:
                 inner_fd = write_fd
                 import tempfile
-                scratch = tempfile.mkdtemp(prefix="grader-scratch-")
+                scratch = work_folder("grader-scratch-")
                 if uid is not None:
                     os.chown(scratch, uid, uid)
                 cmd = [sys.executable, "-I", "-S", "-B", str(HARNESS), str(job_dir), "--pdeathsig", "1"]

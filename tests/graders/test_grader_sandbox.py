@@ -10,6 +10,7 @@ import socket
 import tempfile
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -250,6 +251,9 @@ def test_cgroups_left_by_a_killed_grader_are_removed():
     live = base["memory"] / f"{sandbox._CGROUP_PREFIX}{os.getpid()}-test"
     stale.mkdir()
     live.mkdir()
+    old = time.time() - 3600
+    for folder in (stale, live):
+        os.utime(folder, (old, old))
     try:
         sandbox._cgroup_probe.clear()
         assert sandbox._cgroup_base() == base
@@ -258,3 +262,25 @@ def test_cgroups_left_by_a_killed_grader_are_removed():
         for folder in (stale, live):
             if folder.exists():
                 folder.rmdir()
+
+
+def test_work_folders_left_by_a_killed_grader_are_removed(tmp_path):
+    """A grader killed mid-run (SIGKILL) left its job folder, hidden inputs and all, in /tmp for
+    good; the next grader removes those of graders that are gone (and old), and only those."""
+    import subprocess
+    from graders import sandbox
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"grader-job-{dead.pid}-abc"
+    fresh = tmp_path / f"grader-job-{dead.pid}-new"          # a run elsewhere may be starting
+    mine = tmp_path / f"grader-job-{os.getpid()}-xyz"
+    other = tmp_path / "grader-job-1abc2de"                  # not named by the grader's scheme
+    for folder in (stale, fresh, mine, other):
+        folder.mkdir()
+        (folder / "spec.json").write_text("{}")
+    old = time.time() - 3600
+    for folder in (stale, mine, other):
+        os.utime(folder, (old, old))
+    sandbox._remove_stale_folders(tmp_path)
+    assert not stale.exists()
+    assert fresh.exists() and mine.exists() and other.exists()
