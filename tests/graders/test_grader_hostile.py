@@ -334,3 +334,16 @@ def test_a_sigalrm_the_submission_sends_itself_is_not_a_timeout():
     result = grade_hostile("self_alarm.py", "kv_cache_bytes")
     assert result["status"] == "ok", [t["output"] for t in result["tests"]]
     assert result["score"] == result["max_score"]
+
+
+@needs_bwrap
+def test_proc_leads_nowhere_outside_the_sandbox(tmp_path, monkeypatch):
+    """The grader's environment and the host's files, through /proc/*/environ, /proc/*/root and
+    /proc/*/cwd: nothing of them is reachable."""
+    canary = tmp_path / "canary.txt"
+    canary.write_text("host file")
+    monkeypatch.setenv("KVGRADER_TEST_SECRET", "hunter2-9f3a")
+    result = grade_hostile("proc_escape.py", "time_per_token", isolation="bwrap",
+                           fill={"__CANARY__": canary, "__SECRET__": "hunter2-9f3a"})
+    assert_zero(result)
+    assert "nothing outside the sandbox was reachable" in result["tests"][0]["output"]
