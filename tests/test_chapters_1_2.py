@@ -5,19 +5,17 @@ through myst-nb glue are read back from the executed notebook and pinned against
 figures of the sources, written here as constants.  Timings are checked for presence
 and sign only: no wall-time assertions.
 """
-import ast
 import contextlib
 import io
 import math
-import os
 import re
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
-from nbclient import NotebookClient
 
+from chapter_notebooks import execute, glued
 from public_checks import evaluate, run_checks, PublicCheckFailed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,35 +37,6 @@ STEP3_OUT_ROUNDED = [0.75, 1.50]
 # ---------------------------------------------------------------- executing the chapters
 
 
-def execute(path):
-    """Run a notebook in book/chapters, as the site build does.
-
-    MPLBACKEND is left out of the kernel's environment (the Makefile exports Agg, with
-    which plt.show() would draw nothing); the kernel then uses the inline backend.
-    """
-    nb = nbformat.read(path, as_version=4)
-    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
-    return nb
-
-
-def glued(nb):
-    """{key: value} of every glue in an executed notebook (the text/plain repr, evaluated)."""
-    values = {}
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            meta = out.get("metadata", {}).get("scrapbook")
-            if out.get("output_type") != "display_data" or not meta:
-                continue
-            data = out["data"]
-            text = data.get("application/papermill.record/text/plain", data.get("text/plain"))
-            assert meta["name"] not in values, f"glue key {meta['name']} glued twice"
-            try:
-                values[meta["name"]] = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                values[meta["name"]] = text
-    return values
 
 
 def numbers(text):

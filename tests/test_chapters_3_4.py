@@ -5,17 +5,15 @@ text states through myst-nb glue are read back and pinned against the seeds' fig
 here as constants.  Measured values (Chapter 4's bandwidths) are checked for being positive and
 finite only: no assertion on a speed.
 """
-import ast
 import math
-import os
 import re
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
-from nbclient import NotebookClient
 
+from chapter_notebooks import execute, glued
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,32 +80,6 @@ EXACT_APPX = {"appx_vocab_size": "10", "appx_d_model": "16", "appx_n_heads": "2"
 # ---------------------------------------------------------------- executing the notebooks
 
 
-def execute(path):
-    """Run a notebook in book/chapters, as the site build does: without MPLBACKEND in the
-    kernel's environment (with Agg, plt.show() would draw nothing), so figures are inline."""
-    nb = nbformat.read(path, as_version=4)
-    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
-    return nb
-
-
-def glued(nb):
-    """{key: text} of every glue in an executed notebook (its text/plain repr, evaluated)."""
-    values = {}
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            meta = out.get("metadata", {}).get("scrapbook")
-            if out.get("output_type") != "display_data" or not meta:
-                continue
-            data = out["data"]
-            text = data.get("application/papermill.record/text/plain", data.get("text/plain"))
-            assert meta["name"] not in values, f"glue key {meta['name']} glued twice"
-            try:
-                values[meta["name"]] = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                values[meta["name"]] = text
-    return values
 
 
 @pytest.fixture(scope="module")
