@@ -62,29 +62,9 @@ def make_result(*, exercise: str | None, tests: list[dict], status: str, isolati
     return result
 
 
-def write_json(path, data) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, fsync'd, then
-    ``os.replace``.  A reader (or a rerun after a kill) sees the old file or the new one, whole."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_text(path, text: str) -> None:
-    """Atomic text write (same scheme as ``write_json``)."""
+    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, fsync'd, then
+    ``os.replace``.  A reader (or a rerun after a kill) sees the old file or the new one, whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -100,6 +80,11 @@ def write_text(path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def write_json(path, data) -> None:
+    """Atomic JSON write (same scheme as ``write_text``)."""
+    write_text(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0)]}
