@@ -45,7 +45,8 @@ class CircuitRun:
 
     ``status`` is "HALT" (the program ran to its end), "FAULT" (the control met an opcode it
     does not know) or "TIMEOUT" (the testbench gave up); ``counters`` are the circuit's five
-    counters; ``ext`` and ``spad`` the memories after the run (int32 arrays).
+    counters; ``ext`` and ``spad`` the memories after the run (int32 arrays).  ``undefined``
+    lists words the circuit left undefined (x in Icarus) as (memory, address); they read as 0.
     """
 
     label: str
@@ -54,6 +55,7 @@ class CircuitRun:
     counters: CycleCounts
     ext: np.ndarray
     spad: np.ndarray
+    undefined: tuple = ()
 
     @property
     def total(self) -> int:
@@ -114,8 +116,11 @@ def run(programs, sim="icarus", *, host_port: bool = False, build_dir=None) -> l
             results = images.parse_results(stdout, len(cases))
             runs = []
             for case, result in zip(cases, results):
-                ext, spad = images.read_case(run_dir, result.index, sources.EXT_WORDS, sources.SPAD_WORDS)
-                runs.append(CircuitRun(case.label, simulator.name, result.status, result.counters, ext, spad))
+                (ext, ext_x), (spad, spad_x) = images.read_case(run_dir, result.index, sources.EXT_WORDS,
+                                                                sources.SPAD_WORDS)
+                undefined = tuple(("EXT", int(a)) for a in ext_x) + tuple(("SPAD", int(a)) for a in spad_x)
+                runs.append(CircuitRun(case.label, simulator.name, result.status, result.counters, ext, spad,
+                                       undefined))
             return runs
     finally:
         if owned:

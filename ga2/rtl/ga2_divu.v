@@ -6,7 +6,7 @@
 // den when it fits:  r' = 2r + bit;  if r' >= den: r' -= den, quotient bit 1.  The dividend's
 // register fills with quotient bits as its own bits are used up.  r < den before each stage,
 // so r needs DW + 1 bits.  A division entering in cycle t (in_valid) leaves in cycle t + NW
-// (out_valid); one enters and one leaves every cycle.
+// (out_valid); one enters and one leaves every cycle.  Valid bits are reset; data are not.
 `default_nettype none
 
 module ga2_divu #(
@@ -22,9 +22,10 @@ module ga2_divu #(
     output wire [NW-1:0] quotient
 );
     reg [NW-1:0] valid;
-    reg [DW:0]   r [0:NW-1];              // after stage s: partial remainder
-    reg [NW-1:0] q [0:NW-1];              // after stage s: dividend bits left, quotient bits so far
-    reg [DW-1:0] d [0:NW-1];              // the divisor, travelling with its dividend
+    // the stages' registers (arrays of registers, not memories: every stage is written at once)
+    (* mem2reg *) reg [DW:0]   r [0:NW-1];   // after stage s: partial remainder
+    (* mem2reg *) reg [NW-1:0] q [0:NW-1];   // after stage s: dividend bits left, quotient bits so far
+    (* mem2reg *) reg [DW-1:0] d [0:NW-1];   // the divisor, travelling with its dividend
 
     function [DW+NW:0] divide_step;       // {r', q'} of one stage
         input [DW:0]   r_in;
@@ -38,14 +39,18 @@ module ga2_divu #(
         end
     endfunction
 
+    // The stages hold while the pipeline is empty (which also saves the simulators the work).
+    wire    active = in_valid || valid != {NW{1'b0}};
     integer s;
     always @(posedge clk) begin
         valid <= rst ? {NW{1'b0}} : {valid[NW-2:0], in_valid};
-        {r[0], q[0]} <= divide_step({(DW+1){1'b0}}, num, den);
-        d[0] <= den;
-        for (s = 1; s < NW; s = s + 1) begin
-            {r[s], q[s]} <= divide_step(r[s-1], q[s-1], d[s-1]);
-            d[s] <= d[s-1];
+        if (active) begin
+            {r[0], q[0]} <= divide_step({(DW+1){1'b0}}, num, den);
+            d[0] <= den;
+            for (s = 1; s < NW; s = s + 1) begin
+                {r[s], q[s]} <= divide_step(r[s-1], q[s-1], d[s-1]);
+                d[s] <= d[s-1];
+            end
         end
     end
 

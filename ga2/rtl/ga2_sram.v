@@ -36,7 +36,7 @@ module ga2_sram #(
             assign rdata = q;
         end else begin : g_dram
             // stage[i] holds the word read i + 1 cycles ago
-            reg [31:0] stage [1:READ_LATENCY-1];
+            (* mem2reg *) reg [31:0] stage [1:READ_LATENCY-1];
             integer i;
             always @(posedge clk) begin
                 stage[1] <= q;

@@ -27,17 +27,22 @@ def write_words(path: Path, words) -> None:
     path.write_text("".join(f"{v:08x}\n" for v in values.tolist()))
 
 
-def read_words(path: Path, size: int) -> np.ndarray:
-    """A $writememh dump of ``size`` words as int32 (comment lines such as Icarus's skipped)."""
+def read_words(path: Path, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A $writememh dump of ``size`` words: (int32 words, addresses of undefined words).
+
+    Comment lines (Icarus writes some) are skipped.  A word with x or z digits (a circuit that
+    wrote an undriven value, in Icarus) reads as 0 and is listed as undefined.
+    """
     lines = [line.strip() for line in path.read_text().splitlines()]
     hexes = [line for line in lines if line and not line.startswith("//")]
-    if len(hexes) != size:
-        raise ValueError(f"{path.name}: {len(hexes)} words, expected {size}")
+    if len(hexes) != size or any(len(h) != 8 for h in hexes):
+        raise ValueError(f"{path.name}: expected {size} words of 8 hex digits, got {len(hexes)} lines")
     text = "".join(hexes)
-    if len(text) != 8 * size or not re.fullmatch(r"[0-9a-fA-F]*", text):
-        bad = next(h for h in hexes if len(h) != 8 or not re.fullmatch(r"[0-9a-fA-F]{8}", h))
-        raise ValueError(f"{path.name}: {bad!r} is not a 32-bit hex word (an undriven word?)")
-    return np.frombuffer(bytes.fromhex(text), dtype=">u4").astype(np.uint32).view(np.int32)
+    undefined = np.zeros(0, dtype=np.int64)
+    if not re.fullmatch(r"[0-9a-fA-F]*", text):
+        undefined = np.array([k for k, h in enumerate(hexes) if not re.fullmatch(r"[0-9a-fA-F]{8}", h)])
+        text = re.sub(r"[^0-9a-fA-F]", "0", text)
+    return np.frombuffer(bytes.fromhex(text), dtype=">u4").astype(np.uint32).view(np.int32), undefined
 
 
 def write_case(run_dir: Path, k: int, program_words, ext, spad) -> None:
@@ -47,8 +52,8 @@ def write_case(run_dir: Path, k: int, program_words, ext, spad) -> None:
     write_words(run_dir / f"spad_{k}.hex", spad)
 
 
-def read_case(run_dir: Path, k: int, ext_words: int, spad_words: int) -> tuple[np.ndarray, np.ndarray]:
-    """EXT and SPAD after program k."""
+def read_case(run_dir: Path, k: int, ext_words: int, spad_words: int):
+    """EXT and SPAD after program k, each as (words, undefined addresses)."""
     return (read_words(run_dir / f"ext_out_{k}.hex", ext_words),
             read_words(run_dir / f"spad_out_{k}.hex", spad_words))
 

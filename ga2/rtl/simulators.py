@@ -53,7 +53,8 @@ class Simulator:
     programs_needed: tuple[str, ...] = ()
     debian_package = ""
 
-    def __init__(self, build_dir: str | os.PathLike | None = None):
+    def __init__(self, build_dir: str | os.PathLike | None = None, source_dir: str | os.PathLike | None = None):
+        self.source_dir = sources.RTL_DIR if source_dir is None else Path(source_dir)
         self._own_dir = build_dir is None
         self.build_dir = Path(tempfile.mkdtemp(prefix=f"ga2-rtl-{self.name.lower()}-")) if build_dir is None \
             else Path(build_dir)
@@ -83,7 +84,7 @@ class Simulator:
         self._require()
         self.build_dir.mkdir(parents=True, exist_ok=True)
         stamp = self.build_dir / f"{self.name.lower()}.sources"
-        digest = sources.source_digest()
+        digest = sources.source_digest(self.source_dir)
         if self._built or (stamp.exists() and stamp.read_text() == digest and self._output().exists()):
             self._built = True
             return self
@@ -126,7 +127,7 @@ class Simulator:
 
     def build_command_text(self) -> str:
         """The build command as a reader would type it (sources relative to ga2/rtl)."""
-        paths = {str(p): str(p.relative_to(sources.RTL_DIR)) for p in sources.all_paths()}
+        paths = {str(p): str(p.relative_to(self.source_dir)) for p in sources.all_paths(self.source_dir)}
         return " ".join(paths.get(part, part) for part in self._build_command()).replace(str(self.build_dir) + "/", "")
 
 
@@ -140,7 +141,7 @@ class Icarus(Simulator):
 
     def _build_command(self) -> list[str]:
         return ["iverilog", "-g2012", "-Wall", "-s", sources.TB_TOP, "-o", str(self._output()),
-                *map(str, sources.all_paths())]
+                *map(str, sources.all_paths(self.source_dir))]
 
     def _run_command(self, args: list[str]) -> list[str]:
         return ["vvp", "-n", str(self._output()), *args]
@@ -158,7 +159,7 @@ class Verilator(Simulator):
         jobs = str(max(1, min(2, os.cpu_count() or 1)))
         # the default warnings (the design alone is linted with -Wall: ga2.rtl.lint)
         return ["verilator", "--binary", "--timing", "--top-module", sources.TB_TOP,
-                "-Mdir", str(self.build_dir / "obj"), "-j", jobs, *map(str, sources.all_paths())]
+                "-Mdir", str(self.build_dir / "obj"), "-j", jobs, *map(str, sources.all_paths(self.source_dir))]
 
     def _run_command(self, args: list[str]) -> list[str]:
         return [str(self._output()), *args]
@@ -167,13 +168,14 @@ class Verilator(Simulator):
 SIMULATORS = {"icarus": Icarus, "verilator": Verilator}
 
 
-def make_simulator(name: str, build_dir=None) -> Simulator:
-    """The simulator called ``name`` ("icarus" or "verilator"), not yet built."""
+def make_simulator(name: str, build_dir=None, source_dir=None) -> Simulator:
+    """The simulator called ``name`` ("icarus" or "verilator"), not yet built; ``source_dir``
+    holds the Verilog (default: ga2/rtl)."""
     try:
         cls = SIMULATORS[name.lower()]
     except (KeyError, AttributeError):
         raise ValueError(f"unknown simulator {name!r} (have: {', '.join(SIMULATORS)})") from None
-    return cls(build_dir)
+    return cls(build_dir, source_dir)
 
 
 def available() -> list[str]:

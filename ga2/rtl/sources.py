@@ -41,20 +41,20 @@ EXT_LATENCY = 8          # cycles from an EXT read address to its data
 SPAD_LATENCY = 1
 
 
-def design_paths() -> list[Path]:
-    """The synthesizable sources, in the order above."""
-    return [RTL_DIR / name for name, _ in DESIGN]
+def design_paths(folder: Path = RTL_DIR) -> list[Path]:
+    """The synthesizable sources, in the order above (in ``folder``: a copy of ga2/rtl, say)."""
+    return [Path(folder) / name for name, _ in DESIGN]
 
 
-def all_paths() -> list[Path]:
+def all_paths(folder: Path = RTL_DIR) -> list[Path]:
     """The design and the testbench."""
-    return design_paths() + [RTL_DIR / TESTBENCH]
+    return design_paths(folder) + [Path(folder) / TESTBENCH]
 
 
-def source_digest() -> str:
+def source_digest(folder: Path = RTL_DIR) -> str:
     """A short hash of every source: a build made from other sources is stale."""
     digest = hashlib.sha256()
-    for path in all_paths():
+    for path in all_paths(folder):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
