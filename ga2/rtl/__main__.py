@@ -1,6 +1,7 @@
 """``python -m ga2.rtl``: the ten attention programs on the circuit, against the model.
 
     python -m ga2.rtl [--sim icarus|verilator|both] [--host-port] [--lint] [--synth] [--sizes]
+                      [--rtl-dir DIR]
 
 Prints one line per simulator, PASS (and the cycles of the ten programs in total) or the first
 difference (the program, the address or counter, both values), with the time it took to build
@@ -24,6 +25,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lint", action="store_true", help="also lint the design: verilator --lint-only -Wall")
     parser.add_argument("--synth", action="store_true", help="also synthesize the design with Yosys (if installed)")
     parser.add_argument("--sizes", action="store_true", help="also print the Verilog's lines per module")
+    parser.add_argument("--rtl-dir", metavar="DIR",
+                        help="simulate the Verilog in DIR (a copy of ga2/rtl, changed to try something) "
+                             "instead of ga2/rtl")
     return parser
 
 
@@ -44,7 +48,7 @@ def main(argv=None) -> int:
     if args.lint:
         try:
             static_checks.lint()
-            print("lint       clean: " + " ".join(static_checks.lint_command()[:4]) + " (the design)")
+            print("lint       clean: verilator --lint-only -Wall (the design, every module)")
         except simulators.SimulatorUnavailable as err:
             print(f"lint       UNAVAILABLE: {err}")
             status = max(status, 2)
@@ -63,7 +67,11 @@ def main(argv=None) -> int:
     cases = programs.attention_programs()
     for name in names:
         try:
-            verdict = compare.check(cases, name, host_port=args.host_port)
+            simulator = simulators.make_simulator(name, source_dir=args.rtl_dir)
+            try:
+                verdict = compare.check(cases, simulator, host_port=args.host_port)
+            finally:
+                simulator.close()
         except simulators.SimulationError as err:
             print(f"{simulators.SIMULATORS[name].name:10s} ERROR: {err}")
             status = max(status, 1)

@@ -79,7 +79,7 @@ class Verdict:
         name = f"{self.simulator:10s}"
         if self.unavailable is not None:
             return f"{name} UNAVAILABLE: {self.unavailable}"
-        timing = (f" (build {self.build_seconds:.1f} s, run {self.run_seconds:.1f} s)"
+        timing = (f" (build {self.build_seconds:.2f} s, run {self.run_seconds:.2f} s)"
                   if self.build_seconds is not None and self.run_seconds is not None else "")
         if self.difference is not None:
             return f"{name} FAIL: {self.difference}{timing}"
