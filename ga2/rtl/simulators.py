@@ -54,7 +54,7 @@ class Simulator:
     debian_package = ""
 
     def __init__(self, build_dir: str | os.PathLike | None = None, source_dir: str | os.PathLike | None = None):
-        self.source_dir = sources.RTL_DIR if source_dir is None else Path(source_dir)
+        self.source_dir = sources.RTL_DIR if source_dir is None else Path(source_dir).resolve()
         self._own_dir = build_dir is None
         self.build_dir = Path(tempfile.mkdtemp(prefix=f"ga2-rtl-{self.name.lower()}-")) if build_dir is None \
             else Path(build_dir)
