@@ -31,7 +31,8 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	touch $(STAMP)
 
-# Debian's bubblewrap (grader sandbox) and chromium (site test), when missing and we are root.
+# Debian's bubblewrap (grader sandbox), chromium (site test), iverilog and verilator (GA-2's circuit,
+# ga2/rtl), when missing and we are root.
 system-deps:
 	@bash tools/install_system_deps.sh
 
