@@ -82,7 +82,7 @@ class Verdict:
         timing = (f" (build {self.build_seconds:.2f} s, run {self.run_seconds:.2f} s)"
                   if self.build_seconds is not None and self.run_seconds is not None else "")
         if self.difference is not None:
-            return f"{name} FAIL: {self.difference}{timing}"
+            return f"{name} FAIL: {self.difference}; {self.total_cycles} cycles in total{timing}"
         return (f"{name} PASS: {self.programs} programs match the Python reference (memory and all five cycle "
                 f"counters), {self.total_cycles} cycles in total{timing}")
 

@@ -12,9 +12,11 @@
 //   setup           1        clear the array, point the address generator at A
 //   load            M*K+K*N  one SPAD read per cycle: A row by row, then B
 //   fill            2        SPAD's read latency, and the operand register before the buffers
-//   run             K+M+N+1  the skewed wavefront: the last pair, A[M-1][K-1] and B[K-1][N-1],
-//                            enters the array in step K+M+N-2 (feeder register), reaches
-//                            PE (M-1, N-1) and is accumulated three steps later (ga2_pe.v)
+//   run             K+M+N+1  steps 0 .. K+M+N of the skewed wavefront: in step t the feeder
+//                            registers take A[i][t-i] and B'[t-j][j], so the pair of PE (i, j)
+//                            for k arrives there in step k+i+j+1 and is accumulated at the end
+//                            of step k+i+j+3 (ga2_pe.v); the last, PE (M-1, N-1) and k = K-1,
+//                            at the end of step K+M+N
 //   drain           M*N+1    one accumulator per cycle through the output register
 //   wait = M*K + K*N + M*N + M + K + N + 5                       (the spec's cycle table)
 `default_nettype none

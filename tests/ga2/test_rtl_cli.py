@@ -58,7 +58,8 @@ def test_a_difference_is_reported_with_the_program_the_counter_and_both_values(t
         "OP_HALT: state <= S_HALTED;", "OP_HALT: begin state <= S_HALTED; cnt_instr <= cnt_instr + 32'd1; end"))
     status, lines, _ = _cli("--sim", "icarus", "--rtl-dir", str(copy))
     assert status == 1
-    assert re.match(r"^Icarus +FAIL: program L=2 cached: counter instructions: circuit 32, model 31 \(build", lines[0])
+    assert re.match(r"^Icarus +FAIL: program L=2 cached: counter instructions: circuit 32, model 31; "
+                    r"53292 cycles in total \(build", lines[0])
 
 
 def test_the_benchmark_checks_what_it_times():
