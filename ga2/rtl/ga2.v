@@ -39,6 +39,7 @@ module ga2 #(
 
     // ---------------------------------------------------------------- control and program memory
     wire [IMEM_AW-1:0] pc;
+    wire               fetch;
     wire [127:0]       words;
     wire start_ld, start_st, start_mm, start_rq, start_sm;
     wire [15:0] f_dst, f_src, f_len, f_b, f_lda, f_ldb, f_ldc;
@@ -55,11 +56,12 @@ module ga2 #(
         .waddr (host_addr[IMEM_AW-1:0]),
         .wdata (host_wdata),
         .pc    (pc),
+        .fetch (fetch),
         .words (words)
     );
 
     ga2_control #(.IMEM_AW(IMEM_AW)) u_control (
-        .clk(clk), .rst(rst), .pc(pc), .words(words),
+        .clk(clk), .rst(rst), .pc(pc), .fetch(fetch), .words(words),
         .start_ld(start_ld), .start_st(start_st), .start_mm(start_mm), .start_rq(start_rq), .start_sm(start_sm),
         .f_dst(f_dst), .f_src(f_src), .f_len(f_len), .f_b(f_b), .f_m(f_m), .f_k(f_k), .f_n(f_n), .f_tb(f_tb),
         .f_lda(f_lda), .f_ldb(f_ldb), .f_ldc(f_ldc), .f_mant(f_mant), .f_shift(f_shift), .f_relu(f_relu),

@@ -23,6 +23,7 @@ module ga2_control #(
     input  wire               rst,
     // program memory
     output reg  [IMEM_AW-1:0] pc,
+    output wire               fetch,      // the FETCH cycle: read words pc .. pc+3
     input  wire [127:0]       words,
     // the decoded instruction: start strobes (DECODE cycle) and fields
     output wire               start_ld,
@@ -70,6 +71,7 @@ module ga2_control #(
     wire [31:0] w3 = words[127:96];
     wire [3:0]  op = w0[31:28];
 
+    assign fetch = state == S_FETCH;
     wire decoding = state == S_DECODE;
     assign start_ld = decoding && op == OP_LD;
     assign start_st = decoding && op == OP_ST;

@@ -2,7 +2,8 @@
 // the control decodes one in its second issue cycle, so the memory reads the four words
 // pc .. pc+3 in one cycle: it is four banks, word w in bank w mod 4 at row w / 4.
 //
-//   pc in cycle t  ->  words = {word pc+3, word pc+2, word pc+1, word pc} in cycle t+1
+//   pc, fetch in cycle t  ->  words = {word pc+3, word pc+2, word pc+1, word pc} from cycle t+1
+//                             until the next fetch
 //
 // The host writes the program one word per cycle (we, waddr, wdata) while the core is held in
 // reset.  Words past the end of the memory wrap to its start.
@@ -17,6 +18,7 @@ module ga2_imem #(
     input  wire [AW-1:0] waddr,
     input  wire [31:0]   wdata,
     input  wire [AW-1:0] pc,
+    input  wire          fetch,
     output reg  [127:0]  words
 );
     localparam integer ROWS = WORDS / 4;
@@ -36,11 +38,13 @@ module ga2_imem #(
         if (we && waddr[1:0] == 2'd1) bank1[waddr[AW-1:2]] <= wdata;
         if (we && waddr[1:0] == 2'd2) bank2[waddr[AW-1:2]] <= wdata;
         if (we && waddr[1:0] == 2'd3) bank3[waddr[AW-1:2]] <= wdata;
-        q0 <= bank0[pc[1:0] > 2'd0 ? next : row];
-        q1 <= bank1[pc[1:0] > 2'd1 ? next : row];
-        q2 <= bank2[pc[1:0] > 2'd2 ? next : row];
-        q3 <= bank3[row];
-        offset <= pc[1:0];
+        if (fetch) begin                  // the words stay while the control decodes them
+            q0 <= bank0[pc[1:0] > 2'd0 ? next : row];
+            q1 <= bank1[pc[1:0] > 2'd1 ? next : row];
+            q2 <= bank2[pc[1:0] > 2'd2 ? next : row];
+            q3 <= bank3[row];
+            offset <= pc[1:0];
+        end
     end
 
     // word k of the instruction is in bank (offset + k) mod 4

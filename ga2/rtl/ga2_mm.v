@@ -87,7 +87,7 @@ module ga2_mm #(
         tag2_valid <= !rst && tag1_valid;
         tag2_b     <= tag1_b;
         tag2_slot  <= tag1_slot;
-        operand    <= spad_rdata[7:0];             // int8 operands: the low byte
+        if (tag1_valid) operand <= spad_rdata[7:0];   // int8 operands: the low byte
         if (tag2_valid && !tag2_b) abuf[tag2_slot] <= operand;
         if (tag2_valid && tag2_b)  bbuf[tag2_slot] <= operand;
     end

@@ -49,7 +49,7 @@ module ga2_rq #(
 
     // stage 2: the product of the word read in the previous cycle
     reg signed [56:0] product;
-    always @(posedge clk) product <= $signed(spad_rdata) * $signed({1'b0, m_r});
+    always @(posedge clk) if (busy) product <= $signed(spad_rdata) * $signed({1'b0, m_r});
 
     // stage 3: round half away from zero, shift, saturate
     wire signed [63:0] p       = {{7{product[56]}}, product};

@@ -81,9 +81,11 @@ module ga2_sm #(
         v3 <= !rst && v2 && pass != P_MAX;
         v4 <= !rst && v3;
         v5 <= !rst && v4 && pass == P_DIV;
-        x  <= spad_rdata[7:0];
-        d  <= gap[7:0];
-        numerator <= {e, 16'd0} + {5'd0, z[28:1]};
+        if (pass != P_IDLE) begin         // idle, the data registers hold
+            x  <= spad_rdata[7:0];
+            d  <= gap[7:0];
+            numerator <= {e, 16'd0} + {5'd0, z[28:1]};
+        end
     end
 
     always @(posedge clk) begin
