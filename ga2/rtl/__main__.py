@@ -17,7 +17,8 @@ from . import compare, programs, simulators, sources, static_checks
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ga2.rtl", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ga2.rtl", description="Run the ten attention programs on "
+                                     "GA-2's circuit and compare every word and counter with the model.")
     parser.add_argument("--sim", choices=("icarus", "verilator", "both"), default="both",
                         help="which simulator runs the circuit (default: both)")
     parser.add_argument("--host-port", action="store_true",
