@@ -18,14 +18,9 @@ import time
 from ga2.cycles import cycle_counts
 from ga2.rtl import compare, fuzz, programs, simulators
 
+from .bench_ga2 import _load
+
 FUZZ_PROGRAMS, FUZZ_SEED = 300, 2024      # as tests/ga2/test_rtl_fuzz.py
-
-
-def _load() -> str:
-    try:
-        return " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def measure(name: str, workloads: dict) -> list[str]:

@@ -32,6 +32,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _static_check(label: str, check, describe) -> int:
+    """Run ``check()``, print its line; the exit status it calls for (0 clean, 1 not, 2 no tool)."""
+    try:
+        print(f"{label:10s} {describe(check())}")
+        return 0
+    except simulators.SimulatorUnavailable as err:
+        print(f"{label:10s} UNAVAILABLE: {err}")
+        return 2
+    except simulators.SimulationError as err:
+        print(f"{label:10s} FAIL: {err}")
+        return 1
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     names = ["icarus", "verilator"] if args.sim == "both" else [args.sim]
@@ -47,24 +60,11 @@ def main(argv=None) -> int:
         print(f"  {'design':16s} {sum(n for f, n, _ in rows if not f.startswith('tb/')):5d} lines in "
               f"{len(sources.DESIGN)} modules")
     if args.lint:
-        try:
-            static_checks.lint()
-            print("lint       clean: verilator --lint-only -Wall (the design, every module)")
-        except simulators.SimulatorUnavailable as err:
-            print(f"lint       UNAVAILABLE: {err}")
-            status = max(status, 2)
-        except simulators.SimulationError as err:
-            print(f"lint       FAIL: {err}")
-            status = max(status, 1)
+        status = max(status, _static_check("lint", static_checks.lint,
+                                           lambda _: "clean: verilator --lint-only -Wall (the design, every module)"))
     if args.synth:
-        try:
-            print("synthesis  clean (yosys):\n" + static_checks.synthesize())
-        except simulators.SimulatorUnavailable as err:
-            print(f"synthesis  UNAVAILABLE: {err}")
-            status = max(status, 2)
-        except simulators.SimulationError as err:
-            print(f"synthesis  FAIL: {err}")
-            status = max(status, 1)
+        status = max(status, _static_check("synthesis", static_checks.synthesize,
+                                           lambda stats: "clean (yosys):\n" + stats))
     cases = programs.attention_programs()
     for name in names:
         try:
