@@ -56,10 +56,16 @@ class Simulator:
     def __init__(self, build_dir: str | os.PathLike | None = None, source_dir: str | os.PathLike | None = None):
         self.source_dir = sources.RTL_DIR if source_dir is None else Path(source_dir).resolve()
         self._own_dir = build_dir is None
-        self.build_dir = Path(tempfile.mkdtemp(prefix=f"ga2-rtl-{self.name.lower()}-")) if build_dir is None \
-            else Path(build_dir)
+        self._build_dir = None if build_dir is None else Path(build_dir)
         self.build_seconds: float | None = None   # wall time of the last build (None: reused or not built)
         self._built = False
+
+    @property
+    def build_dir(self) -> Path:
+        """Where the build goes: the folder given, or a temporary one made when first needed."""
+        if self._build_dir is None:
+            self._build_dir = Path(tempfile.mkdtemp(prefix=f"ga2-rtl-{self.name.lower()}-"))
+        return self._build_dir
 
     # ---------------------------------------------------------------- availability
     @classmethod
@@ -106,8 +112,10 @@ class Simulator:
 
     def close(self) -> None:
         """Remove the build folder if this simulator made it."""
-        if self._own_dir:
-            shutil.rmtree(self.build_dir, ignore_errors=True)
+        if self._own_dir and self._build_dir is not None:
+            shutil.rmtree(self._build_dir, ignore_errors=True)
+            self._build_dir = None
+            self._built = False
 
     def __enter__(self):
         return self

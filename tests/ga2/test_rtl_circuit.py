@@ -15,7 +15,7 @@ from ga2.machine import Machine
 from ga2.rtl import circuit, compare, images, simulators, sources
 
 from ga2_seed_figures import SEED_CYCLE_TABLE, SEED_SOFTMAX_IN, SEED_SOFTMAX_OUT
-from rtl_support import icarus, simulator  # noqa: F401  (fixtures)
+from rtl_support import icarus, require, simulator  # noqa: F401  (fixtures)
 
 HALT = build("HALT")
 
@@ -259,3 +259,16 @@ def test_a_missing_simulator_is_named_with_its_package(monkeypatch, tmp_path):
         rtl.run(rtl.attention_programs(lengths=(2,)), sim="icarus")
     verdict = compare.check(rtl.attention_programs(lengths=(2,)), "verilator")
     assert not verdict.passed and verdict.line().startswith("Verilator  UNAVAILABLE: Verilator is not installed")
+
+
+def test_a_run_leaves_no_build_or_run_folder_behind(monkeypatch, tmp_path):
+    import tempfile
+
+    require("icarus")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (run,) = rtl.run(rtl.attention_programs(lengths=(2,))[:1], sim="icarus")
+    assert run.status == "HALT"
+    with pytest.raises(ProgramError):
+        rtl.run([([build("LD", dst=0, src=0, len=0), HALT], None)], sim="icarus")
+    _Untouchable().close()
+    assert list(tmp_path.iterdir()) == []
