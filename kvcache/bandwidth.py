@@ -37,7 +37,8 @@ __all__ = [
     "CacheLevel", "cpu_caches", "last_level_cache_bytes",
     "CopyMeasurement", "copy_bandwidth",
     "decode_attention", "StepMeasurement", "measure_decode_attention", "achieved_bandwidth_beyond",
-    "MeasurementPlan", "plan_measurements", "measure", "Findings", "summarize",
+    "MeasurementPlan", "plan_measurements", "describe_plan", "plan_sentence", "measure", "Findings",
+    "summarize",
 ]
 
 _parse_size = parse_cache_size
@@ -278,7 +279,7 @@ def plan_measurements(facts: MachineFacts) -> MeasurementPlan:
                   else f"a quarter of the {format_bytes(ASSUMED_FREE_BYTES)} assumed free, since Linux did not say")
     else:
         budget = MAX_BYTES
-        reason = f"the most this build allows itself, to stay short"
+        reason = "the most the book's build ever holds, so that it stays quick"
     top = _pow2_floor(min(budget, max(TOP_FACTOR * llc, MIN_TOP_BYTES)))
     bottom = max(SMALLEST_BYTES, _pow2_floor(min(MIB, llc // 8)))
     sizes = []
@@ -292,6 +293,36 @@ def plan_measurements(facts: MachineFacts) -> MeasurementPlan:
         llc_bytes=llc, llc_known=llc_known, free_bytes=free, budget_bytes=budget, budget_reason=reason,
         copy_bytes=copy, cache_sizes=sizes, repeats=tuple(3 if s > LARGE_BYTES else 5 for s in sizes),
         beyond_bytes=BEYOND_FACTOR * llc, inside_bytes=llc // 4)
+
+
+def describe_plan(plan: MeasurementPlan) -> list[tuple[str, str]]:
+    """(what, on this machine) rows of what the plan measures and why, for a page's table."""
+    free = format_bytes(plan.free_bytes) if plan.free_bytes is not None else "unknown"
+    llc = format_bytes(plan.llc_bytes) + ("" if plan.llc_known else " (assumed: Linux does not say)")
+    return [
+        ("last-level cache", llc),
+        ("memory free for this build", free),
+        ("the most the measurement holds at once", f"{format_bytes(plan.budget_bytes)} ({plan.budget_reason})"),
+        ("decode-step caches (K and V)", f"{format_bytes(plan.cache_sizes[0])} to {format_bytes(plan.largest)}, "
+                                         f"{len(plan.cache_sizes)} sizes"),
+        (f"read from main memory ({BEYOND_FACTOR} x the cache)", f"{format_bytes(plan.beyond_bytes)} and more"),
+        ("copy", f"{format_bytes(plan.copy_bytes)} into another {format_bytes(plan.copy_bytes)}"),
+    ]
+
+
+def plan_sentence(plan: MeasurementPlan) -> str:
+    """What the plan measures, in a sentence that holds for its status."""
+    times = plan.largest / plan.llc_bytes
+    span = f"The caches measured go from {format_bytes(plan.cache_sizes[0])} to {format_bytes(plan.largest)}"
+    if plan.status == "beyond":
+        return (f"{span}. The largest is {times:.1f} times the last-level cache, and the caches of "
+                f"{format_bytes(plan.beyond_bytes)} and more, at least {BEYOND_FACTOR} times the cache, "
+                f"are read from main memory.")
+    where = ("only " + f"{times:.1f} times the last-level cache" if plan.status == "short"
+             else "no larger than the last-level cache")
+    return (f"{span}. The largest is {where}: a fair measurement of main memory would need caches of "
+            f"{format_bytes(plan.beyond_bytes)} and more, and this build holds at most "
+            f"{format_bytes(plan.budget_bytes)} at once ({plan.budget_reason}).")
 
 
 # ---------------------------------------------------------------- what the measurements say
@@ -314,6 +345,7 @@ class Findings:
     growth_to: int | None
     measured: str                   # what was measured, in a sentence
     result: str                     # the bandwidth found, in a sentence
+    inside_sentence: str            # what the caches inside the last-level cache gave
     growth_sentence: str
 
 
@@ -347,9 +379,9 @@ def summarize(plan: MeasurementPlan, steps: list[StepMeasurement], copy: CopyMea
     measured = f"caches from {first} to {last}, {len(steps)} sizes, against {llc_words}"
     relation = "less than" if ratio < 1 else "at least"
     if status == "beyond":
-        result = (f"over caches of {format_bytes(plan.beyond_bytes)} and more, {BEYOND_FACTOR} times {llc_words} "
-                  f"and more, the step read a median {_gbs(step_bw)}, against {_gbs(copy.bandwidth)} for the copy: "
-                  f"a measured ratio of {ratio:.2f}, {relation} the copy's bandwidth")
+        result = (f"over caches of {format_bytes(plan.beyond_bytes)} and more (at least {BEYOND_FACTOR} times "
+                  f"{llc_words}), the step read a median {_gbs(step_bw)}, against {_gbs(copy.bandwidth)} for the "
+                  f"copy: a measured ratio of {ratio:.2f}, {relation} the copy's bandwidth")
     else:
         short = ("is larger than " + llc_words + f" by only {largest.cache_bytes / plan.llc_bytes:.1f} times"
                  if status == "short" else "fits inside " + llc_words)
@@ -378,9 +410,16 @@ def summarize(plan: MeasurementPlan, steps: list[StepMeasurement], copy: CopyMea
     else:
         growth = growth_bytes = None
         growth_sentence = "only one cache size was measured there, so there is no growth to compare"
+    if inside:
+        inside_sentence = (f"Caches of {format_bytes(plan.inside_bytes)} or less, which stay in the CPU's caches "
+                           f"between repeats, were read at a median {_gbs(statistics.median(inside))}.")
+    else:
+        inside_sentence = (f"No cache measured was as small as a quarter of the last-level cache "
+                           f"({format_bytes(plan.inside_bytes)}), so none shows the speed of the CPU's caches.")
     return Findings(status=status, step_bandwidth=step_bw, copy_bandwidth=copy.bandwidth, ratio=ratio,
                     inside_bandwidth=statistics.median(inside) if inside else None,
                     largest_bytes=largest.cache_bytes, largest_seconds=largest.seconds,
                     growth=growth, growth_bytes=growth_bytes,
                     growth_from=pair[0].cache_bytes if pair else None, growth_to=pair[1].cache_bytes if pair else None,
-                    measured=measured, result=result, growth_sentence=growth_sentence)
+                    measured=measured, result=result, inside_sentence=inside_sentence,
+                    growth_sentence=growth_sentence)

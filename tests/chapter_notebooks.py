@@ -21,8 +21,8 @@ def execute(path):
 
 
 def glued(nb):
-    """{key: value} of every glue in an executed notebook (its text/plain repr, evaluated
-    when it is a Python literal, else the text)."""
+    """{key: value} of every glue in an executed notebook: its Markdown for prose glued with
+    ``glue_prose``, else its text/plain repr, evaluated when it is a Python literal, else the text."""
     values = {}
     for cell in nb.cells:
         for out in cell.get("outputs", []):
@@ -30,6 +30,11 @@ def glued(nb):
             if out.get("output_type") != "display_data" or not meta:
                 continue
             data = out["data"]
+            markdown = data.get("application/papermill.record/text/markdown")
+            if markdown is not None:
+                assert meta["name"] not in values, f"glue key {meta['name']} glued twice"
+                values[meta["name"]] = markdown
+                continue
             text = data.get("application/papermill.record/text/plain", data.get("text/plain"))
             assert meta["name"] not in values, f"glue key {meta['name']} glued twice"
             try:
