@@ -178,6 +178,7 @@ MEMORY_SHARE = 4                   # and never more than a quarter of the free m
 ASSUMED_FREE_BYTES = 2 * GIB       # where the free memory is unknown
 SMALLEST_BYTES = 64 * KIB
 COPY_MIN_BYTES = 256 * MIB
+COPY_MAX_BYTES = GIB
 LARGE_BYTES = GIB                  # caches above this are timed 3 times, smaller ones 5 times
 
 
@@ -266,7 +267,7 @@ def plan_measurements(facts: MachineFacts) -> MeasurementPlan:
     rounded down to a power of two, within a budget: a quarter of the free memory, and never more
     than ``MAX_BYTES``; sizes halve from there down to an eighth of the last-level cache (or
     1 MiB, whichever is smaller).  The copy's arrays take twice the last-level cache each (at
-    least ``COPY_MIN_BYTES``), inside the largest cache's K and V.  An unknown cache is taken as ``ASSUMED_LLC_BYTES``, an unknown free memory as
+    least ``COPY_MIN_BYTES``, at most ``COPY_MAX_BYTES``), inside the largest cache's K and V.  An unknown cache is taken as ``ASSUMED_LLC_BYTES``, an unknown free memory as
     ``ASSUMED_FREE_BYTES``; the plan records both, so the page can say so.
     """
     llc_known = bool(facts.llc_bytes)
@@ -288,7 +289,7 @@ def plan_measurements(facts: MachineFacts) -> MeasurementPlan:
         sizes.append(size)
         size //= 2
     sizes = tuple(sorted(sizes)) or (top,)
-    copy = min(max(COPY_MIN_BYTES, 2 * llc), top // 2)          # within K (or V) of the largest cache
+    copy = min(max(COPY_MIN_BYTES, 2 * llc), top // 2, COPY_MAX_BYTES)  # inside K of the largest cache
     return MeasurementPlan(
         llc_bytes=llc, llc_known=llc_known, free_bytes=free, budget_bytes=budget, budget_reason=reason,
         copy_bytes=copy, cache_sizes=sizes, repeats=tuple(3 if s > LARGE_BYTES else 5 for s in sizes),
@@ -359,7 +360,8 @@ def summarize(plan: MeasurementPlan, steps: list[StepMeasurement], copy: CopyMea
     With status "beyond", the step's bandwidth is the median over the caches of at least
     ``plan.beyond_bytes``; otherwise over the caches larger than the last-level cache (or the
     largest one alone), and the sentences say that these may still be partly read from the
-    cache.  The time growth compares the two largest caches that are read from the same place.
+    cache.  The time growth compares the two largest caches read from the same place (main memory,
+    partly the cache, or the cache alone).
     """
     steps = sorted(steps, key=lambda s: s.cache_bytes)
     if not steps:
@@ -392,8 +394,10 @@ def summarize(plan: MeasurementPlan, steps: list[StepMeasurement], copy: CopyMea
                   + (f"the caches larger than the last-level cache" if status == "short" else "the largest cache")
                   + f" the step read a median {_gbs(step_bw)}, against {_gbs(copy.bandwidth)} for the copy: "
                   f"a ratio of {ratio:.2f}, {relation} the copy's bandwidth")
-    # the two largest sizes on the same side of the cache
-    same_side = [s for s in steps if (s.cache_bytes >= plan.beyond_bytes) == (largest.cache_bytes >= plan.beyond_bytes)]
+    # the two largest sizes read from the same place: main memory, partly the cache, or the cache
+    def region(step):
+        return 2 if step.cache_bytes >= plan.beyond_bytes else 1 if step.cache_bytes > plan.llc_bytes else 0
+    same_side = [s for s in steps if region(s) == region(largest)]
     pair = same_side[-2:] if len(same_side) >= 2 else None
     if pair:
         small, big = pair

@@ -21,7 +21,7 @@ __all__ = [
     "parse_cache_size", "cpu_caches", "last_level_cache_bytes",
     "mem_available_bytes", "cgroup_memory", "cgroup_cpu_limit", "cpu_model", "usable_cpus",
     "facts_from_files", "read_machine", "describe_machine",
-    "BLAS_THREAD_VARIABLES", "limit_blas_threads", "blas_library",
+    "BLAS_THREAD_VARIABLES", "limit_blas_threads", "blas_library", "blas_threads", "blas_threads_sentence",
 ]
 
 # A cgroup "limit" this large is no limit (v1 writes 2**63 - 4096 for "unlimited").
@@ -329,3 +329,56 @@ def blas_library() -> str:
     if not name:
         return "unknown"
     return f"{name} {version}" if version and version != "unknown" else str(name)
+
+
+# Functions that report the thread count of each BLAS numpy may load (numpy's own wheels ship
+# OpenBLAS with the "scipy_" prefix and a "64_" suffix).
+_THREAD_QUERIES = {
+    "openblas": ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                 "openblas_get_num_threads64_", "openblas_get_num_threads"),
+    "mkl": ("MKL_Get_Max_Threads", "mkl_get_max_threads"),
+    "blis": ("bli_thread_get_num_threads",),
+}
+
+
+def blas_threads(maps: str | None = None) -> int | None:
+    """How many threads the BLAS loaded in this process says it uses, or None when no loaded
+    library answers (asked through ``ctypes``; ``maps`` is the text of /proc/self/maps)."""
+    import ctypes
+
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            return None
+    paths = sorted({line.split()[-1] for line in maps.splitlines()
+                    if line.split() and line.split()[-1].startswith("/") and ".so" in line.split()[-1]})
+    for kind, names in _THREAD_QUERIES.items():
+        for path in (p for p in paths if kind in Path(p).name.lower()):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for name in names:
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.restype = ctypes.c_int
+                    count = int(fn())
+                    return count if count > 0 else None
+    return None
+
+
+def blas_threads_sentence(limited_in_time: bool, threads: int | None) -> str:
+    """What a page says about the BLAS thread limit it asked for: whether it was asked in time
+    (before numpy was imported) and how many threads the library reports."""
+    if not limited_in_time:
+        return ("but numpy was already loaded when that cell ran, so the limit may not hold"
+                + (f" (the library reports {threads} threads)" if threads else "")
+                + "; run the notebook again in a fresh kernel for one-core figures")
+    if threads is None:
+        return ("before numpy was loaded, as such a limit must be; this library does not report how many "
+                "threads it uses")
+    if threads == 1:
+        return "before numpy was loaded, and it reports one thread: both versions run on one core"
+    return (f"yet it reports {threads} threads, so the recomputation's matrix products may have used "
+            "more than one core")
