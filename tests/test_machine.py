@@ -304,3 +304,12 @@ def test_measure_runs_a_small_plan():
     assert all(s.seconds > 0 for s in steps) and copy.bandwidth > 0
     found = bw.summarize(plan, steps, copy)
     assert found.status == "beyond" and found.largest_bytes == 4 * MIB
+
+
+# ---------------------------------------------------------------- the benchmarks
+
+
+@pytest.mark.parametrize("cores, workers", [(1, 1), (2, 2), (64, 2), (None, 1)])
+def test_the_ga2_benchmark_takes_its_workers_from_the_machine(cores, workers):
+    from bench.bench_ga2 import workers_for
+    assert workers_for(cores) == workers
