@@ -267,8 +267,10 @@ def plan_measurements(facts: MachineFacts) -> MeasurementPlan:
     rounded down to a power of two, within a budget: a quarter of the free memory, and never more
     than ``MAX_BYTES``; sizes halve from there down to an eighth of the last-level cache (or
     1 MiB, whichever is smaller).  The copy's arrays take twice the last-level cache each (at
-    least ``COPY_MIN_BYTES``, at most ``COPY_MAX_BYTES``), inside the largest cache's K and V.  An unknown cache is taken as ``ASSUMED_LLC_BYTES``, an unknown free memory as
-    ``ASSUMED_FREE_BYTES``; the plan records both, so the page can say so.
+    least ``COPY_MIN_BYTES``, at most ``COPY_MAX_BYTES``), inside the largest cache's K and V.
+    Caches above ``LARGE_BYTES`` are timed 3 times, the others 5.  An unknown cache is taken as
+    ``ASSUMED_LLC_BYTES``, an unknown free memory as ``ASSUMED_FREE_BYTES``; the plan records
+    both, so the page can say so.
     """
     llc_known = bool(facts.llc_bytes)
     llc = int(facts.llc_bytes) if llc_known else ASSUMED_LLC_BYTES
@@ -381,9 +383,11 @@ def summarize(plan: MeasurementPlan, steps: list[StepMeasurement], copy: CopyMea
     measured = f"caches from {first} to {last}, {len(steps)} sizes, against {llc_words}"
     relation = "less than" if ratio < 1 else "at least"
     if status == "beyond":
-        result = (f"over caches of {format_bytes(plan.beyond_bytes)} and more (at least {BEYOND_FACTOR} times "
-                  f"{llc_words}), the step read a median {_gbs(step_bw)}, against {_gbs(copy.bandwidth)} for the "
-                  f"copy: a measured ratio of {ratio:.2f}, {relation} the copy's bandwidth")
+        times_llc = (f"{BEYOND_FACTOR} times the {llc} last-level cache" if plan.llc_known
+                     else f"{BEYOND_FACTOR} times {llc_words}")
+        result = (f"over caches of {format_bytes(plan.beyond_bytes)} and more, at least {times_llc}, the step "
+                  f"read a median {_gbs(step_bw)}, against {_gbs(copy.bandwidth)} for the copy: a measured "
+                  f"ratio of {ratio:.2f}, {relation} the copy's bandwidth")
     else:
         short = ("is larger than " + llc_words + f" by only {largest.cache_bytes / plan.llc_bytes:.1f} times"
                  if status == "short" else "fits inside " + llc_words)
