@@ -10,11 +10,14 @@ import nbformat
 from nbclient import NotebookClient
 
 
-def execute(path):
+def execute(path, extra_env=None):
     """Run a notebook in book/chapters, as the site build does: without MPLBACKEND in the
-    kernel's environment (with Agg, plt.show() would draw nothing), so figures are inline."""
+    kernel's environment (with Agg, plt.show() would draw nothing), so figures are inline.
+    ``extra_env`` adds to the kernel's environment (a PYTHONPATH with a sitecustomize that
+    pretends to be another machine, say)."""
     nb = nbformat.read(path, as_version=4)
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    env.update(extra_env or {})
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
     return nb

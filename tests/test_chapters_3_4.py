@@ -6,6 +6,7 @@ here as constants.  Measured values (Chapter 4's bandwidths) are checked for bei
 finite only: no assertion on a speed.
 """
 import math
+import os
 import re
 from pathlib import Path
 
@@ -198,6 +199,24 @@ def test_ch4_measurements_are_positive_and_finite(ch4):
         assert verdict == ("more than" if grew > 1.25 * ratio else "less than" if grew < 0.8 * ratio else "about as")
     assert not errors(nb)
     assert figures(nb) >= 3          # roofline, batching, the measurement
+
+
+def test_ch4_builds_on_a_machine_with_a_300_mib_cache_and_little_free_memory(tmp_path):
+    """The machine of the bug report (a 300 MiB last-level cache) with 2 GiB free: the cache
+    cannot be exceeded four times in a quarter of that memory, and the page says so and goes on.
+    The kernel is told it runs on that machine by a sitecustomize that replaces read_machine."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import kvcache.machine as machine\n"
+        "machine.read_machine = lambda: machine.MachineFacts(llc_bytes=300 * 2**20, mem_available_bytes=2 * 2**30,\n"
+        "                                                    logical_cpus=64, usable_cpus=64, cpu_model='test')\n")
+    nb = execute(CH4, {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
+    g = glued(nb)
+    assert not errors(nb)
+    assert g["ch4_status"] == "short" and g["ch4_llc"] == "300 MiB" and g["ch4_last_cache"] == "512 MiB"
+    assert "a fair measurement of main memory would need caches of 1.17 GiB and more" in g["ch4_plan"]
+    assert "cannot be exceeded 4 times over" in g["ch4_result"] and "overstate" in g["ch4_result"]
+    assert float(g["ch4_step_gbs"]) > 0 and float(g["ch4_ratio"]) > 0
+    assert figures(nb) >= 3
 
 
 # ---------------------------------------------------------------- appendix
