@@ -362,8 +362,8 @@ def main(argv: list[str]) -> None:
                 os.close(int(fd))
             except OSError:
                 pass
-    report({"t": "supervisor", "pid1": pid1, "subreaper": subreaper, "uid": uid,
-            "view": view, "harness": child})
+    report({"t": "supervisor", "pid": os.getpid(), "pid1": pid1, "subreaper": subreaper, "uid": uid,
+            "view": view})
     status, stopped = None, False
     try:
         while status is None:
