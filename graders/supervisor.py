@@ -336,7 +336,11 @@ def main(argv: list[str]) -> None:
         spec.loader.exec_module(harness)
     view = None
     if "workdir" in opts:
+        # Only ever in the namespaces ``unshare --pid --fork --mount`` made for it: PID 1 of a
+        # fresh PID namespace.  Anywhere else these mounts would change the grader's machine.
         try:
+            if not pid1:
+                raise OSError("the file system is built only by PID 1 of the sandbox's own namespaces")
             view = build_view(opts["keep"], int(opts.get("tmp_bytes", 64 << 20)), opts["workdir"], uid)
         except OSError as err:
             report({"t": "supervisor", "error": f"the sandbox's file system: {err}"})
