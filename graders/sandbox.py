@@ -375,7 +375,11 @@ def _sweep(uid: int | None = None, token: str | None = None, session: int | None
     me = os.getpid()
     for _ in range(5):
         found = False
-        for entry in os.scandir("/proc"):
+        try:
+            entries = list(os.scandir("/proc"))
+        except OSError:                 # no /proc (not Linux): the process-group kill is all there is
+            return
+        for entry in entries:
             if not entry.name.isdigit() or int(entry.name) == me:
                 continue
             pid = int(entry.name)

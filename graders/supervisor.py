@@ -147,7 +147,10 @@ def build_view(keep: list[str], tmp_bytes: int, workdir: str, uid: int | None) -
 
 
 def _prctl(libc, *args) -> bool:
-    return libc.prctl(*[int(a) for a in args] + [0] * (5 - len(args))) == 0
+    try:
+        return libc.prctl(*[int(a) for a in args] + [0] * (5 - len(args))) == 0
+    except AttributeError:              # not Linux: no prctl, none of what it gives
+        return False
 
 
 def _cap_last() -> int:
