@@ -89,11 +89,14 @@ def test_a_rerun_resumes_and_a_changed_submission_is_regraded(tmp_path):
     assert summary["graded"] == len(before)
 
 
+N_KILLED = 7
+
+
 @pytest.mark.parametrize("isolation", ["auto", "subprocess"])
 def test_a_batch_killed_at_any_moment_loses_nothing_and_resumes(tmp_path, isolation):
     folder = tmp_path / "class"
     folder.mkdir()
-    for i in range(10):
+    for i in range(N_KILLED):
         (folder / f"s{i:02d}.py").write_text(SLOW_GOOD + f"# {i}\n")
     out = tmp_path / "gb.csv"
     results = tmp_path / "gb-results"
@@ -103,7 +106,7 @@ def test_a_batch_killed_at_any_moment_loses_nothing_and_resumes(tmp_path, isolat
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(list(results.glob("*.json"))) < 3:
+        while time.monotonic() < deadline and len(list(results.glob("*.json"))) < 2:
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGKILL)           # the batch and everything in its group, at once
     finally:
@@ -115,7 +118,7 @@ def test_a_batch_killed_at_any_moment_loses_nothing_and_resumes(tmp_path, isolat
         time.sleep(0.1)
     assert _orphan_sandboxes(proc.pid) == []
     done = {p.name: p.read_bytes() for p in results.glob("*.json")}
-    assert 3 <= len(done) < 10, "the kill should land in the middle of the batch"
+    assert 2 <= len(done) < N_KILLED, "the kill should land in the middle of the batch"
     for data in done.values():                        # every result on disk is whole
         assert json.loads(data)["status"] == "ok"
     if out.exists():                                  # the gradebook on disk is whole too
@@ -127,7 +130,7 @@ def test_a_batch_killed_at_any_moment_loses_nothing_and_resumes(tmp_path, isolat
     for name, data in done.items():                   # what was graded is kept as it was
         assert (results / name).read_bytes() == data
     rows = read_csv(out)
-    assert len(rows) == 10 and all(r["status"] == "ok" and r["score"] == r["max_score"] for r in rows.values())
+    assert len(rows) == N_KILLED and all(r["status"] == "ok" and r["score"] == r["max_score"] for r in rows.values())
 
 
 def _orphan_sandboxes(batch_pid: int) -> list[str]:
