@@ -227,8 +227,9 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
     common = dict(submission=label or filename, sha256=hashlib.sha256(data).hexdigest())
     source = _read(data, filename)                      # 1. read (once)
     name, note = _resolve(source, filename, exercise)   #    and choose (a UsageError goes to the caller)
-    common.update(exercise=name, fingerprint=registry.fingerprint(name))
+    common["exercise"] = name
     try:
+        common["fingerprint"] = registry.fingerprint(name)
         return _grade(source, name, note, limits, isolation, clock, common)
     except Exception as err:  # noqa: BLE001 - a result is always produced
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()

@@ -156,6 +156,17 @@ _probe_lock = threading.Lock()
 _probe: dict[str, tuple[bool, str]] = {}
 
 
+_tools: dict[str, str | None] = {}
+
+
+def _which(tool: str) -> str | None:
+    """Where ``tool`` is on this process's PATH, looked up once (the sandbox's commands name it
+    by that path: their own environment has a PATH of its own)."""
+    if tool not in _tools:
+        _tools[tool] = shutil.which(tool)
+    return _tools[tool]
+
+
 def _random_uid() -> int:
     return 100_000 + secrets.randbelow(1_000_000_000)
 
@@ -164,7 +175,7 @@ def bwrap_status() -> tuple[bool, str]:
     """(usable, why): whether bubblewrap is installed and can start a sandbox here."""
     with _probe_lock:
         if "bwrap" not in _probe:
-            path = shutil.which("bwrap")
+            path = _which("bwrap")
             if not path:
                 _probe["bwrap"] = (False, "bubblewrap (bwrap) is not installed")
             else:
@@ -181,7 +192,7 @@ def namespaces_status() -> tuple[bool, str]:
     its supervisor can build the submission's file system and drop its privileges in them."""
     with _probe_lock:
         if "namespaces" not in _probe:
-            missing = [tool for tool in ("unshare", "setpriv") if not shutil.which(tool)]
+            missing = [tool for tool in ("unshare", "setpriv") if not _which(tool)]
             if missing:
                 _probe["namespaces"] = (False, f"{' and '.join(missing)} (util-linux) not installed")
             else:
@@ -228,7 +239,7 @@ def site_dirs() -> list[str]:
 
 
 def _bwrap_prefix(uid, tmpfs_bytes, job_dir, libs) -> list[str]:
-    args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+    args = [_which("bwrap") or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
             "--as-pid-1", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -280,8 +291,8 @@ def _unshare_prefix() -> list[str]:
     namespace where it is root, to build the file system (the harness drops that again).
     ``setpriv --pdeathsig`` kills ``unshare`` when the grader dies, and ``--kill-child`` the rest."""
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    return ["setpriv", "--pdeathsig", "KILL", "--", "unshare", *user, "--pid", "--fork", "--kill-child",
-            "--mount", "--mount-proc", "--net", "--ipc", "--uts", "--"]
+    return [_which("setpriv") or "setpriv", "--pdeathsig", "KILL", "--", _which("unshare") or "unshare",
+            *user, "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts", "--"]
 
 
 def _supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, tmp_bytes=0, subreaper=False,
@@ -328,7 +339,7 @@ def _world_usable() -> bool:
     return True
 
 
-def describe(mode: str, why: str, held: dict, memory_bytes: int | None = None) -> str:
+def describe(mode: str, why: str, held: dict) -> str:
     """``isolation_detail``: in words, exactly which protections held (``Run.held``)."""
     parts = []
     if held.get("supervisor"):
@@ -638,7 +649,6 @@ class _Cgroup:
                 except OSError:
                     self.kill()
                     time.sleep(0.02)
-
 
 
 class Sandbox:
