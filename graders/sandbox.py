@@ -717,8 +717,13 @@ class Sandbox:
                        + ["--", str(HARNESS), str(job_dir)])
                 kwargs = {"env": _environment(WORKDIR), "cwd": "/"}
             else:
-                lib_dirs = sorted({str(lib.parent) for lib in libs})
                 scratch = work_folder("grader-scratch-")
+                # Each package on a shelf of its own (a link to it), so that what lies next to it
+                # (the rest of the course, graders/) cannot be imported by name.
+                lib_dirs = [os.path.join(scratch, ".lib")] if libs else []
+                for lib in libs:
+                    os.makedirs(lib_dirs[0], 0o755, exist_ok=True)
+                    os.symlink(lib, os.path.join(lib_dirs[0], lib.name))
                 if uid is not None:
                     os.chown(scratch, uid, uid)
                 token = secrets.token_hex(8)

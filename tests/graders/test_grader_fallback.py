@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -257,3 +258,34 @@ def test_another_user_without_util_linux_has_the_subreaper():
     assert kill_parent["status"] == "crashed" and kill_parent["score"] == 0
     assert all(r["supervisor_lost"] for r in kill_parent["runs"])
     assert escape["score"] == 0 and processes_matching(f"hostile-escapee {mark}") == []
+
+
+@pytest.mark.parametrize("knobs", [{}, {"namespaces": False}, {"namespaces": False, "own_user": False}],
+                         ids=["namespaces", "subreaper", "subreaper-same-user"])
+def test_a_course_package_a_job_needs_is_importable_and_nothing_next_to_it(knobs):
+    """The public checks (and, one day, a package an exercise hands to the learner's function)
+    are importable in the sandbox; the rest of the checkout, graders/ first, is not."""
+    import public_checks
+    from test_grader_sandbox import LIMITS
+    sandbox = Sandbox("subprocess", **knobs)
+    if knobs == {} and not sandbox.namespaces:
+        pytest.skip("unshare cannot make namespaces here")
+    if os.geteuid() != 0 and knobs.get("own_user") is False:
+        pytest.skip("the same as the case before for a user other than root")
+    folder = Path(tempfile.mkdtemp(prefix="probe-"))
+    try:
+        (folder / "submission.py").write_text(textwrap.dedent("""
+            import importlib.util
+            def probe():
+                return [importlib.util.find_spec(name) is not None for name in ("public_checks", "graders", "kvcache")]
+            """))
+        (folder / "spec.json").write_text(json.dumps({"limits": {}, "import_timeout": 10, "cases": [
+            {"id": "p", "timeout": 5, "calls": [{"fn": "probe", "args": []}]}]}))
+        folder.chmod(0o755)
+        for path in folder.iterdir():
+            path.chmod(0o644)
+        run = sandbox.run(folder, LIMITS, {"p": 5}, libs=[Path(public_checks.__file__).resolve().parent])
+    finally:
+        shutil.rmtree(folder)
+    from graders.harness import decode
+    assert decode(run.transcript.results["p"]["calls"][0]["value"]) == [True, False, False]
