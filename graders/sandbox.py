@@ -72,6 +72,10 @@ GRACE = 1.0           # seconds the grader waits beyond the harness's own timer 
 STOP_SECONDS = 4.0    # how long a supervisor asked to stop (SIGTERM) may take to kill and reap
 REPORT_BYTES = 1 << 16
 WORKDIR = "/tmp/scratch"       # the fallback's working folder, in its private /tmp
+# Starts the supervisor from its file, by the import machinery (a script is compiled every time;
+# an imported module's compiled form is reused): ``python -c BOOT SUPERVISOR.py OPTIONS...``.
+BOOT = ("import importlib.util as u, sys; s = u.spec_from_file_location('supervisor', sys.argv[1]); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")
 
 
 @dataclass
@@ -238,6 +242,28 @@ def site_dirs() -> list[str]:
     return [str(Path(numpy.__file__).resolve().parent.parent)]
 
 
+_compiled: dict[Path, Path | None] = {}
+_compile_lock = threading.Lock()
+
+
+def _bytecode(source: Path) -> Path | None:
+    """``source`` compiled into its ``__pycache__`` (once per process, whatever
+    PYTHONDONTWRITEBYTECODE says), or None where that cannot be written: the sandbox's interpreter
+    then loads the supervisor and the harness without compiling them for every run (it checks
+    that the compiled file matches the source, and compiles the source when it does not)."""
+    with _compile_lock:
+        if source not in _compiled:
+            import importlib.util
+            import py_compile
+            cached = Path(importlib.util.cache_from_source(str(source)))
+            try:
+                py_compile.compile(str(source), cfile=str(cached), doraise=True)
+                _compiled[source] = cached
+            except (OSError, py_compile.PyCompileError):
+                _compiled[source] = None
+        return _compiled[source]
+
+
 def _bwrap_prefix(uid, tmpfs_bytes, job_dir, libs) -> list[str]:
     args = [_which("bwrap") or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
@@ -257,9 +283,12 @@ def _bwrap_prefix(uid, tmpfs_bytes, job_dir, libs) -> list[str]:
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
     roots = _python_roots()
+    compiled = {} if job_dir is None else {f"/sandbox/__pycache__/{code.name}": code
+                                           for code in map(_bytecode, (HARNESS, SUPERVISOR)) if code is not None}
     # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
     parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) not in ("/", "/tmp")}
-                     | {"/sandbox"} | ({"/sandbox/lib"} if libs else set()),
+                     | {"/sandbox"} | ({"/sandbox/lib"} if libs else set())
+                     | ({"/sandbox/__pycache__"} if compiled else set()),
                      key=lambda q: q.count("/"))
     for folder in parents:
         args += ["--perms", "0755", "--dir", folder]
@@ -268,6 +297,8 @@ def _bwrap_prefix(uid, tmpfs_bytes, job_dir, libs) -> list[str]:
     if job_dir is not None:
         args += ["--ro-bind", str(job_dir), "/sandbox/in", "--ro-bind", str(HARNESS), "/sandbox/harness.py",
                  "--ro-bind", str(SUPERVISOR), "/sandbox/supervisor.py"]
+        for inside, code in compiled.items():
+            args += ["--ro-bind", str(code), inside]
     for lib in libs:                    # course packages the job needs (the public checks)
         args += ["--ro-bind", str(lib), f"/sandbox/lib/{Path(lib).name}"]
     args += ["--chdir", "/scratch", "--clearenv"]
@@ -297,7 +328,7 @@ def _unshare_prefix() -> list[str]:
 
 def _supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, tmp_bytes=0, subreaper=False,
                     probe=False) -> list[str]:
-    cmd = [sys.executable, "-I", "-S", "-B", path] + (["--probe"] if probe else [])
+    cmd = [sys.executable, "-I", "-S", "-B", "-c", BOOT, path] + (["--probe"] if probe else [])
     if report_fd is not None:
         cmd += ["--report-fd", str(report_fd)]
     if close:
@@ -677,6 +708,8 @@ class Sandbox:
         reachable = self.mode == "bwrap" or self.namespaces or _world_usable()
         self.own_user = self.root and reachable and own_user is not False
         self.use_cgroup = cgroup is not False
+        for program in (SUPERVISOR, HARNESS):   # compiled once, not by every sandbox
+            _bytecode(program)
 
     def planned(self) -> dict:
         """What would hold in a run here (``Run.held`` says what did)."""

@@ -74,6 +74,7 @@ def test_the_course_checkout_is_not_visible(isolation):
                     "home": sorted(os.listdir("/home")) if os.path.isdir("/home") else [],
                     "main": os.path.exists("/work/main"),
                     "sandbox": sorted(os.listdir("/sandbox")) if os.path.isdir("/sandbox") else None,
+                    "compiled": sorted(os.listdir("/sandbox/__pycache__")) if os.path.isdir("/sandbox/__pycache__") else [],
                     "inputs": sorted(os.listdir(os.path.dirname(__file__)))}}
         """, isolation)
     assert run.isolation == isolation
@@ -83,7 +84,9 @@ def test_the_course_checkout_is_not_visible(isolation):
     assert value["inputs"] == ["spec.json", "submission.py"]     # inputs only: no expected values
     if isolation == "bwrap":
         assert "home" not in value["top"] and "scratch" in value["top"]
-        assert value["sandbox"] == ["harness.py", "in", "supervisor.py"]
+        # the two programs (and their compiled form, where the grader could write it), the inputs
+        assert set(value["sandbox"]) - {"__pycache__"} == {"harness.py", "in", "supervisor.py"}
+        assert {name.split(".")[0] for name in value["compiled"]} <= {"harness", "supervisor"}
     assert run.held["file_view"] is True
 
 
