@@ -350,11 +350,14 @@ def main(argv: list[str]) -> None:
             os._exit(71)
     if subreaper:
         signal.signal(signal.SIGTERM, _stop)        # the grader's "end it now" (PID 1 is killed instead)
-
+    # SIGTERM waits until each side is ready for it: the harness, with the default action; this
+    # process, inside the loop that turns it into the final kill.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     child = os.fork()
     if child == 0:
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             if report_fd is not None:
                 os.close(report_fd)
             drop_privileges(uid)
@@ -363,16 +366,17 @@ def main(argv: list[str]) -> None:
             harness.main(harness_argv)
         finally:
             os._exit(70)
-    for fd in opts.get("close", "").split(","):     # the results channel is the harness's alone
-        if fd:
-            try:
-                os.close(int(fd))
-            except OSError:
-                pass
-    report({"t": "supervisor", "pid": os.getpid(), "pid1": pid1, "subreaper": subreaper, "uid": uid,
-            "view": view})
     status, stopped = None, False
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        for fd in opts.get("close", "").split(","):     # the results channel is the harness's alone
+            if fd:
+                try:
+                    os.close(int(fd))
+                except OSError:
+                    pass
+        report({"t": "supervisor", "pid": os.getpid(), "pid1": pid1, "subreaper": subreaper, "uid": uid,
+                "view": view})
         while status is None:
             pid, raw = os.waitpid(-1, 0)
             if pid == child:
@@ -381,6 +385,7 @@ def main(argv: list[str]) -> None:
         stopped = True
     except ChildProcessError:
         pass
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)      # asked or not, the end is the same now
     reaped, left = kill_everything(pid1)
     if status is None:
         code = 128 + signal.SIGKILL
