@@ -60,6 +60,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import supervisor as _supervisor
 from .transcript import MAX_LINE, Transcript
 
 __all__ = ["Limits", "Run", "Sandbox", "SandboxUnavailable", "HARNESS", "SUPERVISOR", "bwrap_status",
@@ -807,8 +808,11 @@ class Sandbox:
                         "file_view": self.mode == "bwrap" and run.supervisor.get("pid1") is True
                         or bool(run.supervisor.get("view"))}
             run.elapsed = time.monotonic() - start
-            if "error" in run.supervisor:       # the sandbox itself failed: the grader's problem
+            # The sandbox itself failed, before anything of the submission ran: the grader's problem.
+            if "error" in run.supervisor:
                 raise RuntimeError(f"the sandbox could not start: {str(run.supervisor['error'])[:300]}")
+            if run.returncode == _supervisor.NOT_STARTED and not run.transcript.hello and not run.killed:
+                raise RuntimeError(f"the sandbox could not start the harness: {run.output[-300:].strip()}")
             return run
         finally:
             if group is not None:            # whatever is left in it dies, then it goes

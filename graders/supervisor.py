@@ -50,6 +50,7 @@ SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "dev", "proc"
 # Files of /etc the dynamic loader and the C library need; the rest of /etc is hidden.
 ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
 KILL_SECONDS = 3.0                  # the longest the final kill keeps looking for processes
+NOT_STARTED = 70                    # the harness's exit status when it never started (privileges, a crash)
 
 
 # ------------------------------------------------------------------------------ the view
@@ -174,7 +175,7 @@ def _effective_caps() -> int | None:
 
 def drop_privileges(uid: int | None) -> None:
     """In the harness, before the submission: no way back to any privilege.  Exits the process
-    (status 70) rather than run the submission with a privilege it should not have."""
+    (``NOT_STARTED``) rather than run the submission with a privilege it should not have."""
     try:
         ctypes, libc = _libc()
     except OSError:
@@ -214,7 +215,7 @@ def _refuse(why: str) -> None:
     try:
         os.write(2, f"supervisor: {why}\n".encode())
     finally:
-        os._exit(70)
+        os._exit(NOT_STARTED)
 
 
 # ------------------------------------------------------------------------------ killing
@@ -350,6 +351,9 @@ def main(argv: list[str]) -> None:
             os._exit(71)
     if subreaper:
         signal.signal(signal.SIGTERM, _stop)        # the grader's "end it now" (PID 1 is killed instead)
+    # What holds is said before the harness starts: the submission may kill this process first.
+    report({"t": "supervisor", "pid": os.getpid(), "pid1": pid1, "subreaper": subreaper, "uid": uid,
+            "view": view})
     # SIGTERM waits until each side is ready for it: the harness, with the default action; this
     # process, inside the loop that turns it into the final kill.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -365,7 +369,7 @@ def main(argv: list[str]) -> None:
                 os.execv(sys.executable, [sys.executable, "-I", "-S", "-B", "-c", "import json, decimal"])
             harness.main(harness_argv)
         finally:
-            os._exit(70)
+            os._exit(NOT_STARTED)
     status, stopped = None, False
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
@@ -375,8 +379,6 @@ def main(argv: list[str]) -> None:
                     os.close(int(fd))
                 except OSError:
                     pass
-        report({"t": "supervisor", "pid": os.getpid(), "pid1": pid1, "subreaper": subreaper, "uid": uid,
-                "view": view})
         while status is None:
             pid, raw = os.waitpid(-1, 0)
             if pid == child:

@@ -59,6 +59,7 @@ class Transcript:
     results: dict = field(default_factory=dict)           # test id -> its result message
     finished: dict | None = None             # the done message (``gave_up``) or the public one
     junk: int = 0                            # lines that were not messages
+    hello: bool = False                      # the harness started (its first message)
     _last: str | None = None                 # the test started last
     _started: set = field(default_factory=set)
 
@@ -68,7 +69,9 @@ class Transcript:
             self.junk += 1
             return
         kind = message["t"]
-        if kind == "import_start" and self.phase == "startup":
+        if kind == "hello":
+            self.hello = True
+        elif kind == "import_start" and self.phase == "startup":
             self.phase = "import"
         elif kind == "import" and self.phase in ("startup", "import"):
             self.imported = message

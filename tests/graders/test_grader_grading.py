@@ -222,3 +222,15 @@ def test_a_supervisor_asked_to_stop_kills_everything_below_it(monkeypatch):
     assert result["status"] == "timeout" and result["score"] == 0
     assert result["runs"][0]["killed"] == "test_timeout"
     assert processes_matching(f"hostile-escapee {mark}") == []
+
+
+@pytest.mark.parametrize("isolation", ["auto", "subprocess"])
+def test_a_sandbox_that_cannot_start_the_harness_is_the_graders_failure_not_the_learners(isolation, tmp_path):
+    """No spec in the job folder: the harness never starts.  That is a grader_error (the grader
+    says so), not a submission that "ended while loading"."""
+    from graders.sandbox import Sandbox
+    tmp_path.chmod(0o755)
+    (tmp_path / "submission.py").write_text("x = 1\n")
+    (tmp_path / "submission.py").chmod(0o644)
+    with pytest.raises(RuntimeError, match="could not start the harness"):
+        Sandbox(isolation).run(tmp_path, FAST, {})
