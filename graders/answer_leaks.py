@@ -84,7 +84,7 @@ class Counterpart:
     def parse(cls, spec: str, exercise: str, chapter: int) -> "Counterpart":
         module, _, qualname = spec.partition(":")
         parts = module.split(".") + (qualname.split(".") if qualname else [])
-        if not module or not all(p.isidentifier() for p in parts) or spec.count(":") > 1:
+        if not module or not all(p.isidentifier() for p in parts) or spec.count(":") > 1 or spec.endswith(":"):
             raise ValueError(f"exercise {exercise}: counterpart {spec!r} is not 'package.module' "
                              "or 'package.module:function'")
         return cls(exercise, chapter, module, qualname)
