@@ -259,20 +259,27 @@ def test_a_counterpart_becomes_a_starter_that_names_its_exercise():
 
 
 def test_the_release_check_refuses_a_counterpart_left_in(tmp_path, monkeypatch):
-    """Were the counterparts not stripped, the release's own check would stop it: the circuit's
-    folder, then (without it) the machine's requantizer."""
+    """Were the counterparts not stripped, the release's own check would stop it: an engine's
+    implementation of an answer, and a module that implements one (the circuit, the mutants)."""
     import graders.release as release
+    from graders.answer_leaks import counterparts
+    strip = release._strip_counterparts
     monkeypatch.setattr(release, "_strip_counterparts", lambda tmp, package: [])
-    with pytest.raises(ReleaseError, match="ga2.rtl, which implements the answer of requant"):
+    with pytest.raises(ReleaseError, match=r"ga2\.(attn:attention_tail|quant:requant), the implementation of"):
         make_release(tmp_path / "out", root=ROOT)
-    original_copy = release._copy_tree
-
-    def without_rtl_and_mutants(src, dst):
-        original_copy(src, dst)
-        if (dst / "rtl").is_dir():
-            shutil.rmtree(dst / "rtl")
-            (dst / "mutants.py").unlink()
-    monkeypatch.setattr(release, "_copy_tree", without_rtl_and_mutants)
-    with pytest.raises(ReleaseError, match="ga2.(quant:requant|attn:attention_tail), the implementation of"):
+    functions_only = tuple(c for c in counterparts() if c.qualname)
+    monkeypatch.setattr(release, "_strip_counterparts",
+                        lambda tmp, package: _strip_with(release, strip, functions_only, tmp, package))
+    with pytest.raises(ReleaseError, match=r"ga2\.(rtl|mutants), which implements the answer of"):
         make_release(tmp_path / "out", root=ROOT)
     assert not (tmp_path / "out").exists()
+
+
+def _strip_with(release, strip, parts, tmp, package):
+    """The release's own stripping, told of ``parts`` only."""
+    real = release.counterparts
+    release.counterparts = lambda: parts
+    try:
+        return strip(tmp, package)
+    finally:
+        release.counterparts = real
