@@ -32,6 +32,7 @@ those of transformers' own implementation, so the two choose the same tokens.
 from __future__ import annotations
 
 import numbers
+import time
 
 import numpy as np
 
@@ -109,6 +110,12 @@ def check_prompts(model, prompts, max_new_tokens: int, max_len: int | None) -> t
     return arrays, need if max_len is None else max_len
 
 
+def _cache_state(kv: KVCache) -> dict:
+    """What a trace records of the cache at a step (before the step's reorder or select)."""
+    return {"time": time.perf_counter(), "cache_batch": kv.batch, "cache_bytes": kv.nbytes,
+            "cache_used_bytes": kv.used_bytes, "cache_bytes_copied": kv.bytes_copied}
+
+
 # ---------------------------------------------------------------------- greedy
 
 
@@ -124,8 +131,9 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     (float64, float32, float16, int8; default the model's); ``max_len`` its room per sequence
     (default: the longest prompt plus max_new_tokens); ``prefill`` "ragged" or "padded" (see
     ``Model.prefill``); other keywords go to the layout.  With ``trace`` a list, each step appends
-    {"step", "rows": original index of each live sequence, "tokens"}.  Nothing is computed
-    before every argument has been checked.
+    {"step", "rows": original index of each live sequence, "tokens"} and the cache's state
+    ("time", "cache_batch", "cache_bytes", "cache_used_bytes", "cache_bytes_copied").  Nothing
+    is computed before every argument has been checked.
     """
     max_new_tokens = _check_count(max_new_tokens, "max_new_tokens", 0)
     eos = _eos_set(model, eos_token_id)
@@ -143,7 +151,8 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
         for row, seq in enumerate(alive):
             out[seq].append(int(tokens[row]))
         if trace is not None:
-            trace.append({"step": step, "rows": alive.tolist(), "tokens": tokens.tolist()})
+            trace.append({"step": step, "rows": alive.tolist(), "tokens": tokens.tolist(),
+                          **_cache_state(kv)})
         if step == max_new_tokens - 1:
             break
         live = ~np.isin(tokens, eos)
@@ -181,7 +190,8 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
     ``early_stopping`` True, False or "never" (see the module docstring).  ``cache``,
     ``cache_dtype`` and ``max_len`` as for ``greedy``.  With ``trace`` a list, each step appends
     {"step", "parents", "tokens", "scores"} of the running beams after the step (parents index the
-    beams of the step before) and "finished" (the finished hypotheses' scores so far).
+    beams of the step before), "finished" (the finished hypotheses' scores so far) and the cache's
+    state as in ``greedy``.
     """
     num_beams, length_penalty, early_stopping = _check_beam_options(num_beams, length_penalty, early_stopping)
     max_new_tokens = _check_count(max_new_tokens, "max_new_tokens", 0)
@@ -192,7 +202,7 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
     (prompt_ids,), L_max = check_prompts(model, [prompt], max_new_tokens, max_len)
     if num_beams == 1:
         return greedy(model, [prompt_ids], max_new_tokens, eos_token_id, cache, cache_dtype=cache_dtype,
-                      max_len=L_max, **cache_options)[0]
+                      max_len=L_max, trace=trace, **cache_options)[0]
     if max_new_tokens == 0:
         return []
     K, V = num_beams, model.config.vocab_size
@@ -245,7 +255,8 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
         running, running_scores = next_running, next_scores
         if trace is not None:
             trace.append({"step": t, "parents": next_parent.tolist(), "tokens": next_running[:, t].tolist(),
-                          "scores": next_scores.tolist(), "finished": finished_scores[is_finished].tolist()})
+                          "scores": next_scores.tolist(), "finished": finished_scores[is_finished].tolist(),
+                          **_cache_state(kv)})
 
         # can the best running beam still beat the worst finished hypothesis?
         generated = t + 1

@@ -84,7 +84,7 @@ def _dtype(dtype) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt not in MODEL_DTYPES:
+    if dt is None or dt not in MODEL_DTYPES:        # (np.dtype(None) is float64: test None first)
         raise ValueError(f"model dtype must be float32 or float64, got {dtype!r}")
     return dt
 
@@ -226,17 +226,23 @@ class Model:
         N = x.shape[0]
         h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)
         qkv = h @ w.wqkv.T                                              # (N, H d + 2 G d)
-        q = qkv[:, : cfg.q_width].reshape(N, cfg.num_attention_heads, cfg.head_dim)
-        k = qkv[:, cfg.q_width: cfg.q_width + cfg.kv_width].reshape(N, cfg.num_key_value_heads, cfg.head_dim)
-        v = qkv[:, cfg.q_width + cfg.kv_width:].reshape(N, cfg.num_key_value_heads, cfg.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        H, G = cfg.num_attention_heads, cfg.num_key_value_heads
+        qk = apply_rope(qkv[:, : cfg.q_width + cfg.kv_width].reshape(N, H + G, cfg.head_dim), cos, sin)
+        q, k = qk[:, :H], qk[:, H:]                                     # (N, H, d), (N, G, d)
+        v = qkv[:, cfg.q_width + cfg.kv_width:].reshape(N, G, cfg.head_dim)
         o = attend(q, k, v)                                             # (N, H, d)
         x = x + o.reshape(N, cfg.q_width) @ w.wo.T
         return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
 
     def _head(self, x):
-        """Final norm and output layer: (n, D) -> (n, V)."""
-        return rms_norm(x, self.norm, self.config.rms_norm_eps) @ self.lm_head.T
+        """Final norm and output layer: (n, D) -> (n, V).
+
+        For a few rows (a decode step) the product is taken as W_out (V, D) @ h^T: the same
+        numbers, but BLAS then streams the large table once instead of repacking it."""
+        h = rms_norm(x, self.norm, self.config.rms_norm_eps)
+        if len(h) <= 16:
+            return (self.lm_head @ h.T).T
+        return h @ self.lm_head.T
 
     def _rope(self, positions):
         return rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, self.dtype)
