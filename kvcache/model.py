@@ -40,7 +40,8 @@ from .gqa import causal_attention
 from .norm import rms_norm, swiglu
 from .rope import apply_rope, rope_cos_sin
 
-__all__ = ["Model", "LayerWeights", "StateDictError", "hf_parameter_shapes", "MODEL_DTYPES"]
+__all__ = ["Model", "LayerWeights", "StateDictError", "hf_parameter_shapes", "random_state_dict",
+           "MODEL_DTYPES"]
 
 MODEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -70,6 +71,36 @@ def hf_parameter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     if not cfg.tie_word_embeddings:
         shapes["lm_head.weight"] = (cfg.vocab_size, D)
     return shapes
+
+
+def random_state_dict(config, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights under transformers' names (float32 values, fixed seed).
+
+    Projections are N(0, 1 / fan_in) (unit-variance outputs), the residual branches' output
+    projections a further 1 / sqrt(2 L) smaller so the residual stream does not blow up with
+    depth, norm gains 1, embeddings N(0, 1), and the output layer scaled so that logits have a
+    spread of about 3: an untrained model, but one whose next-token choice is not a near-tie.
+    """
+    cfg = ModelConfig.from_dict(config)
+    rng = np.random.default_rng(seed)
+    D, L = cfg.hidden_size, cfg.num_hidden_layers
+
+    def normal(shape, std):
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+    state = {}
+    for name, shape in hf_parameter_shapes(cfg).items():
+        if name.endswith("norm.weight"):
+            state[name] = np.ones(shape, np.float32)
+        elif name == "model.embed_tokens.weight":
+            state[name] = normal(shape, 3.0 / np.sqrt(D) if cfg.tie_word_embeddings else 1.0)
+        elif name == "lm_head.weight":
+            state[name] = normal(shape, 3.0 / np.sqrt(D))
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            state[name] = normal(shape, 1.0 / np.sqrt(2 * L) / np.sqrt(shape[1]))
+        else:
+            state[name] = normal(shape, 1.0 / np.sqrt(shape[1]))
+    return state
 
 
 def _to_numpy(value):
@@ -189,34 +220,10 @@ class Model:
 
     @classmethod
     def random(cls, config, seed: int = 0, dtype=np.float32) -> "Model":
-        """A model with random weights (fixed seed), for the chapters and the benchmarks.
-
-        Projections are N(0, 1 / fan_in) (unit-variance outputs), the residual branches' output
-        projections a further 1 / sqrt(2 L) smaller so the residual stream does not blow up with
-        depth, norm gains 1, embeddings N(0, 1), and the output layer scaled so that logits have
-        a spread of about 3: an untrained model, but one whose next-token choice is not a tie.
-        """
+        """A model with random weights (``random_state_dict``, fixed seed), for the chapters and
+        the benchmarks."""
         cfg = ModelConfig.from_dict(config)
-        rng = np.random.default_rng(seed)
-        D, L = cfg.hidden_size, cfg.num_hidden_layers
-
-        def normal(shape, std):
-            return (rng.standard_normal(shape, dtype=np.float32) * std).astype(np.float64)
-
-        state = {}
-        residual = 1.0 / np.sqrt(2 * L)
-        for name, shape in hf_parameter_shapes(cfg).items():
-            if name.endswith("norm.weight"):
-                state[name] = np.ones(shape)
-            elif name == "model.embed_tokens.weight":
-                state[name] = normal(shape, 3.0 / np.sqrt(D) if cfg.tie_word_embeddings else 1.0)
-            elif name == "lm_head.weight":
-                state[name] = normal(shape, 3.0 / np.sqrt(D))
-            elif name.endswith(("o_proj.weight", "down_proj.weight")):
-                state[name] = normal(shape, residual / np.sqrt(shape[1]))
-            else:
-                state[name] = normal(shape, 1.0 / np.sqrt(shape[1]))
-        return cls.from_hf(state, cfg, dtype)
+        return cls.from_hf(random_state_dict(cfg, seed), cfg, dtype)
 
     # ------------------------------------------------------------------ one layer, any attention
 
