@@ -28,6 +28,8 @@ the case counts = [1, ..., 1] (N = B).
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from .cache_dtypes import CacheDtype, cache_dtype
@@ -369,4 +371,9 @@ def new_cache(kind: str, **kwargs) -> KVCache:
     """The cache layout called ``kind`` (see CACHE_KINDS), built with ``kwargs``."""
     if not isinstance(kind, str) or kind not in CACHE_KINDS:
         raise ValueError(f"no cache layout {kind!r}: the layouts are {', '.join(sorted(CACHE_KINDS))}")
-    return CACHE_KINDS[kind](**kwargs)
+    factory = CACHE_KINDS[kind]
+    accepted = inspect.signature(factory).parameters
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+        raise TypeError(f"cache layout {kind!r} takes no option {', '.join(map(repr, unknown))}")
+    return factory(**kwargs)
