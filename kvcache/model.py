@@ -22,7 +22,7 @@ Two ways to run it:
   the cache lays them out.  ``prefill`` (whole prompts) and ``decode`` (one token each) are the
   two uses.
 
-Weights keep transformers' orientation, (out, in), and products are ``x @ W.T``.  The query, key
+Weights keep transformers' orientation, (out, in), and products are x W^T (``kvcache.linear``).  The query, key
 and value projections are stacked into one (H d + 2 G d, D) matrix and gate/up into one (2F, D):
 one matrix product each instead of three and two.
 """
@@ -37,6 +37,7 @@ from .cache import KVCache, new_cache
 from .checkpoint import read_config, read_state_dict
 from .config import ModelConfig
 from .gqa import causal_attention
+from .linear import linear
 from .norm import rms_norm, swiglu
 from .rope import apply_rope, rope_cos_sin
 
@@ -232,24 +233,18 @@ class Model:
         cfg = self.config
         N = x.shape[0]
         h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)
-        qkv = h @ w.wqkv.T                                              # (N, H d + 2 G d)
+        qkv = linear(h, w.wqkv)                                         # (N, H d + 2 G d)
         H, G = cfg.num_attention_heads, cfg.num_key_value_heads
         qk = apply_rope(qkv[:, : cfg.q_width + cfg.kv_width].reshape(N, H + G, cfg.head_dim), cos, sin)
         q, k = qk[:, :H], qk[:, H:]                                     # (N, H, d), (N, G, d)
         v = qkv[:, cfg.q_width + cfg.kv_width:].reshape(N, G, cfg.head_dim)
         o = attend(q, k, v)                                             # (N, H, d)
-        x = x + o.reshape(N, cfg.q_width) @ w.wo.T
+        x = x + linear(o.reshape(N, cfg.q_width), w.wo)
         return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
 
     def _head(self, x):
-        """Final norm and output layer: (n, D) -> (n, V).
-
-        For a few rows (a decode step) the product is taken as W_out (V, D) @ h^T: the same
-        numbers, but BLAS then streams the large table once instead of repacking it."""
-        h = rms_norm(x, self.norm, self.config.rms_norm_eps)
-        if len(h) <= 16:
-            return (self.lm_head @ h.T).T
-        return h @ self.lm_head.T
+        """Final norm and output layer: (n, D) -> (n, V)."""
+        return linear(rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head)
 
     def _rope(self, positions):
         return rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, self.dtype)

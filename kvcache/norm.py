@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .linear import linear
+
 __all__ = ["rms_norm", "silu", "swiglu"]
 
 
@@ -37,6 +39,6 @@ def swiglu(x: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarr
     x (N, D); w_gate_up (2F, D): W_gate's rows then W_up's (one product instead of two);
     w_down (D, F)  ->  (N, D) = (silu(x W_gate^T) * (x W_up^T)) W_down^T
     """
-    gate_up = x @ w_gate_up.T                                  # (N, 2F)
+    gate_up = linear(x, w_gate_up)                             # (N, 2F)
     F = gate_up.shape[-1] // 2
-    return (silu(gate_up[:, :F]) * gate_up[:, F:]) @ w_down.T  # (N, F) @ (F, D) -> (N, D)
+    return linear(silu(gate_up[:, :F]) * gate_up[:, F:], w_down)   # (N, F) -> (N, D)
