@@ -22,9 +22,9 @@ Two ways to run it:
   the cache lays them out.  ``prefill`` (whole prompts) and ``decode`` (one token each) are the
   two uses.
 
-Weights keep transformers' orientation, (out, in), and products are x W^T (``kvcache.linear``).  The query, key
-and value projections are stacked into one (H d + 2 G d, D) matrix and gate/up into one (2F, D):
-one matrix product each instead of three and two.
+Weights keep transformers' orientation, (out, in), and products are x W^T (``kvcache.linear``).
+The query, key and value projections are stacked into one (H d + 2 G d, D) matrix and gate/up
+into one (2F, D): one matrix product each instead of three and two.
 """
 from __future__ import annotations
 
