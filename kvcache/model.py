@@ -337,11 +337,13 @@ class Model:
         """Run whole prompts (one per sequence of ``cache``, all empty) -> logits (B, V).
 
         Ragged (default): the prompts are packed end to end, N = sum(T_b) tokens, and each
-        attends to its own keys only: no token is wasted.  ``padded=True`` computes what a
-        rectangular batch would: every prompt right-padded to T_max = max(T_b) (B T_max tokens),
-        then each sequence's length set back to T_b (attention is causal: the real tokens never
-        see the padding after them).  The same logits; the padding's cost is measured in
-        bench_engine.
+        attends to its own keys only: no token is wasted, and since the cache keeps one length
+        per sequence, no padding is stored to be read again at every decode step (transformers
+        left-pads a batch and masks the pads, which stay in its cache).  ``padded=True`` computes
+        what a rectangular batch would: every prompt right-padded to T_max = max(T_b) (B T_max
+        tokens), then each sequence's length set back to T_b (attention is causal: the real
+        tokens never see the padding after them).  The same logits; what the padding costs is
+        measured in bench_engine.
         """
         prompts = [self.check_tokens(p, f"prompt {i}") for i, p in enumerate(prompts)]
         if len(prompts) != cache.batch or np.any(np.asarray(cache.lengths) != 0):
