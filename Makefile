@@ -40,7 +40,8 @@ $(TEST_STAMP): $(STAMP) requirements-test.txt
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-test.txt
 	touch $(TEST_STAMP)
 
-# Debian's bubblewrap (grader sandbox) and chromium (site test), when missing and we are root.
+# Debian's bubblewrap (grader sandbox), chromium (site test), iverilog and verilator (GA-2's circuit,
+# ga2/rtl), when missing and we are root.
 system-deps:
 	@bash tools/install_system_deps.sh
 
@@ -54,8 +55,9 @@ vendor: venv
 
 # Every notebook is executed on every build (--all: no page is reused from an earlier build), into
 # a fresh _build/html.  MPLBACKEND is unset so the kernel draws figures inline even when the
-# caller's environment sets a non-interactive backend.
-book: venv vendor
+# caller's environment sets a non-interactive backend.  system-deps first: a chapter may run GA-2's
+# circuit (iverilog) at build time.
+book: venv system-deps vendor
 	rm -rf _build/html
 	env -u MPLBACKEND $(BOOK_ENV) $(VENV)/bin/jupyter-book build . --all --path-output . \
 	  --warningiserror --keep-going -q || \

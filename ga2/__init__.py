@@ -13,6 +13,8 @@ The contract is ``ga2-spec.md`` (the machine) and issue #4 (this package).  Modu
     mutants      mutation testing of the program builder (``python -m ga2.mutants``)
     study        where the accuracy goes (``python -m ga2.study``)
     report       the seed-style tables (``python -m ga2``)
+    rtl          GA-2 as a circuit: synthesizable Verilog, run in Icarus and Verilator against the
+                 machine (``python -m ga2.rtl``; a package of its own, imported on demand)
 """
 
 # The library modules come with the package; mutants, study and report are programs too
