@@ -323,7 +323,10 @@ class Model:
         if last > self.config.max_position_embeddings:
             raise ValueError(f"a sequence would reach {last} tokens, past max_position_embeddings "
                              f"({self.config.max_position_embeddings})")
-        positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])   # (N,)
+        if np.all(counts == 1):                                         # decode: each row's next position
+            positions = starts
+        else:
+            positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])   # (N,)
         cos, sin = self._rope(positions)
         x = self.embed[ids]                                             # (N, D)
         for w, layer_cache in zip(self.layers, cache):

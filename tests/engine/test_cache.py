@@ -329,3 +329,19 @@ def test_cheaper_formats_cost_bounded_logit_error():
     assert rel["float32"] < 1e-5
     assert 1e-5 < rel["float16"] < 1e-2
     assert rel["float16"] < rel["int8"] < 0.1
+
+
+def test_what_the_cache_hands_out_are_copies():
+    """keys(), values() and as_dicts() say they return new arrays: writing them changes nothing."""
+    rng = np.random.default_rng(5)
+    kv = new_cache("contiguous", n_layers=2, batch=2, kv_heads=G, head_dim=D_HEAD, max_len=8,
+                   dtype="float64", compute_dtype=np.float64)
+    for layer in kv:
+        layer.update(rows(rng, 5), rows(rng, 5), np.array([3, 2]))
+    before = snapshot(kv)
+    kv[0].keys(0)[:] = 7.0
+    kv[1].values(1)[:] = 7.0
+    for entry in kv.as_dicts():
+        entry["k"][:] = 7.0
+        entry["v"][:] = 7.0
+    assert_unchanged(kv, before)
