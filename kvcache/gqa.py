@@ -77,6 +77,9 @@ def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths: np.nd
     K, V (B, G, T, d): cached keys and values, T >= max(lengths); row b is valid up to lengths[b]
     lengths (B,) >= 1  ->  (B, H, d)
 
+    Whatever finite values lie beyond a length change nothing (they get weight exactly 0; the
+    cache only ever stores finite values there, zeros or rows it has forgotten).
+
     scores (B, G, r, T) = q K^T / sqrt(d), -inf at positions >= lengths[b]; softmax over T;
     out = scores V.  The products are taken with the long axis T first, (T, d) @ (d, r) and
     (d, T) @ (T, r): the same numbers, but BLAS then streams the cache instead of splitting a
