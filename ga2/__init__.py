@@ -1,6 +1,6 @@
 """GA-2: the small int8 accelerator on which the course runs the attention decode step.
 
-The contract is ``ga2-spec.md`` (the machine) and issue #4 (this package).  Modules, one concept each:
+The contract is ``ga2-spec.md`` (the machine).  Modules, one concept each:
 
     isa          the instruction set: ``Instr``, ``build``, limits, text and binary forms, cycle model
                  (gathered from ``instructions``, ``limits``, ``listing``, ``encoding``, ``cycles``)

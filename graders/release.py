@@ -9,14 +9,20 @@
 - ``exercises/``: the exercise notebooks, outputs cleared.  The release stops with an error when
   an exercise's answer cell is the same as the reference answer's (a solution leaked into the
   exercise), and warns when a starter cell does not raise ``NotImplementedError``.
-- ``public_checks/``: the checks the exercise notebooks run, and any course package the
-  exercises or the checks import (``kvcache``...), so the notebooks run as they are.
+- ``public_checks/``: the checks the exercise notebooks run, with the expected values they compare
+  answers with (``public_checks/data``), and any other course package the exercises or the checks
+  import, so the notebooks run as they are.  Today that is ``public_checks`` alone: the checks
+  import nothing of the course, and the engine (``kvcache``) is never needed by an exercise.
 - ``README.md``, ``pyproject.toml`` (``pip install -e .`` makes ``public_checks`` importable from
   any notebook), ``MANIFEST.txt`` (every file with its SHA-256).
 
 Never ``solutions/``, never ``graders/`` (the hidden tests and the grader).  The copy is
-checked after it is made: no such folder, and no file identical to one of them, or the release
-fails.  It is built in a temporary folder next to the target and moved into place, so an
+checked after it is made: no such folder, no file identical to one of theirs, and no
+implementation of a function an exercise grades anywhere in it (``graders.answer_leaks``: every
+Python file, every notebook cell and output, every page of the site; a definition of a graded
+function must be a starter that raises ``NotImplementedError``), or the release fails.  A
+package that an exercise imports and that implements an answer (the engine, say) therefore stops
+the release instead of being shipped.  It is built in a temporary folder next to the target and moved into place, so an
 interrupted release never leaves a half copy behind.
 """
 from __future__ import annotations
@@ -28,6 +34,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from .answer_leaks import describe, find_leaks
 
 __all__ = ["ReleaseError", "make_release"]
 
@@ -182,7 +190,8 @@ def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) 
         '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "kv-cache-course-learner"\nversion = "0.1.0"\nrequires-python = ">=3.10"\n'
         'dependencies = ["numpy>=1.26", "matplotlib>=3.8", "jupyterlab>=4.2", "ipywidgets>=8.1"]\n\n'
-        f'[tool.setuptools]\npackages = {json.dumps(sorted(set(packages)))}\n', encoding="utf-8")
+        f'[tool.setuptools]\npackages = {json.dumps(sorted(set(packages)))}\n\n'
+        '[tool.setuptools.package-data]\npublic_checks = ["data/*.json"]\n', encoding="utf-8")
 
 
 def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
@@ -224,7 +233,8 @@ the grade comes from hidden tests your course runs on it.
 
 
 def _verify(root: Path, tmp: Path) -> None:
-    """No solutions/ or graders/ anywhere, and no file identical to one of theirs."""
+    """No solutions/ or graders/ anywhere, no file identical to one of theirs, and no
+    implementation of a graded function."""
     secret = set()
     for folder in NEVER:
         base = root / folder
@@ -237,6 +247,10 @@ def _verify(root: Path, tmp: Path) -> None:
             raise ReleaseError(f"the release would contain {rel}: refusing")
         if path.is_file() and path.stat().st_size > 64 and _sha(path) in secret:
             raise ReleaseError(f"the release would contain {rel}, a copy of a file of solutions/ or graders/")
+    leaks = find_leaks(tmp)
+    if leaks:
+        raise ReleaseError("the release would contain the implementation of a graded function "
+                           "(a definition that is not a starter raising NotImplementedError):\n" + describe(leaks))
 
 
 def _write_manifest(tmp: Path) -> None:

@@ -1,23 +1,22 @@
 """Public checks for the exercise ``attend_step(x_t, cache, p)`` (chapter 2).
 
-A few small cases; the expected values are worked out by hand or with a few lines of
-plain numpy (``_reference.py``), never with the course's engine.  The hidden tests check more.
+A few small cases; the expected outputs (and what an answer that forgets to divide the scores
+by sqrt(d) returns) are stored in ``data/attend_step.json``.  The hidden tests check more.
 """
-import math
-
 import numpy as np
 
-from ._reference import causal_rows
+from ._data import array, load, mistake
+
+DATA = load("attend_step")
+SCALE_HINT = {"no_scale": "The scores seem not to be divided by sqrt(d)."}
 
 
 def _empty(d):
     return {"k": np.zeros((0, d)), "v": np.zeros((0, d))}
 
 
-def _three_tokens():
-    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    p = {"Wq": np.eye(2), "Wk": np.eye(2), "Wv": np.diag([1.0, 2.0])}
-    return X, p
+def _weights(case):
+    return {name: array(w) for name, w in case["p"].items()}
 
 
 def _run(fn, X, p, d):
@@ -31,15 +30,9 @@ def _run(fn, X, p, d):
     return outs, cache
 
 
-def _reference_rows(X, p, scale=True):
-    """Causal attention of the projected tokens X Wq, X Wk, X Wv, row by row, in plain numpy."""
-    return causal_rows(X @ p["Wq"], X @ p["Wk"], X @ p["Wv"], scale=scale)
-
-
 def check_first_step_shapes(fn):
-    rng = np.random.default_rng(1)
-    p = {name: rng.normal(size=(3, 2)) for name in ("Wq", "Wk", "Wv")}
-    out, new = fn(rng.normal(size=3), _empty(2), p)
+    case = DATA["first_step_shapes"]
+    out, new = fn(array(case["x"]), _empty(2), _weights(case))
     out = np.asarray(out)
     assert out.shape == (2,), f"with D = 3 and d = 2, out should have shape (2,), got {out.shape}"
     assert isinstance(new, dict) and set(new) >= {"k", "v"}, (
@@ -52,11 +45,9 @@ def check_first_step_shapes(fn):
 
 
 def check_first_step_is_own_value(fn):
-    rng = np.random.default_rng(2)
-    p = {name: rng.normal(size=(4, 3)) for name in ("Wq", "Wk", "Wv")}
-    x = rng.normal(size=4)
-    out, _ = fn(x, _empty(3), p)
-    out, v = np.asarray(out, dtype=np.float64), x @ p["Wv"]
+    case = DATA["own_value"]
+    out, _ = fn(array(case["x"]), _empty(3), _weights(case))
+    out, v = np.asarray(out, dtype=np.float64), array(case["expected"])
     gap = float(np.max(np.abs(out - v))) if out.shape == v.shape else float("inf")
     assert gap < 1e-12, (
         f"the first token attends only to itself (weight 1), so out should be its value "
@@ -64,35 +55,29 @@ def check_first_step_is_own_value(fn):
 
 
 def check_three_tokens_by_hand(fn):
-    X, p = _three_tokens()
-    outs, cache = _run(fn, X, p, 2)
-    r = math.exp(1 / math.sqrt(2))        # the weight ratio between scores that differ by 1/sqrt(2)
-    expected = [[1.0, 0.0],
-                [1 / (1 + r), 2 * r / (1 + r)],
-                [(1 + r) / (2 + r), (2 + 2 * r) / (2 + r)]]
-    unscaled = _reference_rows(X, p, scale=False)
-    for step, (got, want) in enumerate(zip(outs, expected), start=1):
+    case = DATA["three_tokens"]
+    outs, cache = _run(fn, array(case["X"]), _weights(case), 2)
+    for step, (got, want) in enumerate(zip(outs, case["expected"]), start=1):
         assert got.shape == (2,), f"step {step}: out should have shape (2,), got {got.shape}"
         gap = float(np.max(np.abs(got - want)))
         if gap > 1e-9:
-            hint = (" The scores seem not to be divided by sqrt(d)."
-                    if np.allclose(got, unscaled[step - 1], atol=1e-9) else "")
+            row = {"expected": want, "mistakes": {k: v[step - 1] for k, v in case["mistakes"].items()}}
             raise AssertionError(f"step {step}: out should be {np.round(want, 6).tolist()}, "
-                                 f"got {np.round(got, 6).tolist()} (off by up to {gap:.1e}).{hint}")
+                                 f"got {np.round(got, 6).tolist()} (off by up to {gap:.1e}).{mistake(row, got.tolist(), SCALE_HINT)}")
     assert np.shape(cache["k"]) == (3, 2) and np.shape(cache["v"]) == (3, 2), (
         f"after three steps the cache should hold 3 rows, got shapes {np.shape(cache['k'])} "
         f"and {np.shape(cache['v'])}")
 
 
 def check_input_cache_unchanged(fn):
-    X, p = _three_tokens()
+    case = DATA["three_tokens"]
     k = np.array([[1.0, 0.0], [0.0, 1.0]])
     v = np.array([[1.0, 0.0], [0.0, 2.0]])
     k.flags.writeable = False
     v.flags.writeable = False
     cache = {"k": k, "v": v}
     try:
-        fn(X[2], cache, p)
+        fn(array(case["X"])[2], cache, _weights(case))
     except ValueError as err:
         if "read-only" in str(err):
             raise AssertionError("your function wrote into the arrays of the input cache "
@@ -110,19 +95,16 @@ def check_input_cache_unchanged(fn):
 
 
 def check_random_against_causal_attention(fn):
-    rng = np.random.default_rng(5)
-    D, d, T = 4, 3, 5
-    p = {name: rng.normal(size=(D, d)) for name in ("Wq", "Wk", "Wv")}
-    X = rng.normal(size=(T, D))
-    outs, _ = _run(fn, X, p, d)
-    got, want = np.array(outs), _reference_rows(X, p)
+    case = DATA["random"]
+    X = array(case["X"])
+    T, d = X.shape[0], len(case["p"]["Wq"][0])
+    outs, _ = _run(fn, X, _weights(case), d)
+    got, want = np.array(outs), array(case["expected"])
     assert got.shape == want.shape, f"expected {T} outputs of shape ({d},), got an array of shape {got.shape}"
     rel = float(np.max(np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)))
-    hint = (" The scores seem not to be divided by sqrt(d)."
-            if np.allclose(got, _reference_rows(X, p, scale=False), atol=1e-9) else "")
     assert rel < 1e-10, (
         f"decoding {T} random tokens one by one should give the rows of full causal attention; "
-        f"the largest relative difference is {rel:.1e}.{hint}")
+        f"the largest relative difference is {rel:.1e}.{mistake(case, got.tolist(), SCALE_HINT)}")
 
 
 CHECKS = [

@@ -1,51 +1,51 @@
 """Public checks for the exercise ``max_batch(gpu_bytes, weight_bytes, n_layers, n_kv_heads,
 head_dim, seq_len, bytes_per_value)`` (chapter 3).
 
-The expected batches are worked out by hand in the comments (never with the course's engine).
+The expected batches, and what two common mistakes give, are stored in ``data/max_batch.json``.
 The hidden tests check more.
 """
+from ._data import load
 
-GB = 10**9
-GIB = 2**30
-SEVEN_B = (32, 32, 128)   # layers, KV heads, head size of a 7B-class model
-# one 4,096-token fp16 sequence of the 7B-class model: 2 * 32 * 32 * 128 * 4096 * 2 = 2 GiB
-SEQ_7B_4096 = 2_147_483_648
+CASES = load("max_batch")["cases"]
+HINTS = {"spare_in_gib": "{got} would fit if the {spare:g} GB left were {spare:g} GiB (2**30 bytes each); "
+                         "here a GB is 10**9 bytes.",
+         "one_factor": "That is the count for half-size sequences: is the factor 2 (keys and values) missing?"}
+
+
+def _check(fn, index, extra=""):
+    case = CASES[index]
+    args, want = tuple(case["args"]), case["expected"]
+    got = fn(*args)
+    if got != want:
+        spare = (args[0] - args[1]) / 10**9
+        hints = [text.format(got=got, spare=spare) for name, text in HINTS.items()
+                 if case["mistakes"][name] != want and got == case["mistakes"][name]]
+        if isinstance(got, (int, float)) and got < 0:
+            hints.append("When the weights take all the memory, the batch is 0.")
+        elif isinstance(got, (int, float)) and got == want + 1:
+            hints.append("Only whole sequences count: round down (floor division).")
+        elif isinstance(got, (int, float)) and got == want - 1:
+            hints.append("A sequence that fits exactly counts: use floor division.")
+        raise AssertionError(f"{case['what']}: expected {want}, got {got!r}.{extra}" + "".join(" " + h for h in hints))
+    assert type(got) is int, f"max_batch should return a Python int (whole sequences), got {type(got).__name__} ({got!r})"
 
 
 def check_a10(fn):
-    # 24 GB - 14 GB = 10,000,000,000 bytes; / 2,147,483,648 = 4.66 -> 4 whole sequences
-    got = fn(24 * GB, 14 * GB, *SEVEN_B, 4096, 2)
-    hint = ""
-    if got == 5:
-        hint = " 5 would need 10 GiB (10,737,418,240 bytes); here 10 GB (10**9 bytes each) are left."
-    elif got == 9:
-        hint = " That is the count for half-size sequences: is the factor 2 (keys and values) missing?"
-    assert got == 4, f"A10 (24 GB), 7B weights (14 GB), 4,096-token fp16 sequences: expected 4, got {got!r}.{hint}"
+    _check(fn, 0)
 
 
 def check_exact_fit_counts(fn):
-    # 10 GiB left = exactly 5 sequences of 2 GiB: a sequence that fits exactly counts
-    got = fn(24 * GIB, 14 * GIB, *SEVEN_B, 4096, 2)
-    assert got == 5, (f"10 GiB left holds exactly 5 sequences of 2 GiB; expected 5, got {got!r}"
-                      + (" (use floor division, and count a sequence that fits exactly)" if got == 4 else ""))
-    got = fn(24 * GIB - 1, 14 * GIB, *SEVEN_B, 4096, 2)
-    assert got == 4, f"one byte less than 5 sequences leaves room for 4; expected 4, got {got!r}"
+    _check(fn, 1)
+    _check(fn, 2)
 
 
 def check_weights_do_not_fit(fn):
-    # a 70B model in fp16 (140 GB) on an 80 GB GPU: nothing fits
-    got = fn(80 * GB, 140 * GB, 80, 8, 128, 4096, 2)
-    assert got == 0, f"when the weights (140 GB) exceed the GPU's memory (80 GB) the batch is 0, got {got!r}"
-    got = fn(16 * GB, 16 * GB, *SEVEN_B, 4096, 2)
-    assert got == 0, f"when the weights exactly fill the GPU the batch is 0, got {got!r}"
+    _check(fn, 3, " When the weights exceed the GPU's memory, the batch is 0.")
+    _check(fn, 4, " When the weights exactly fill the GPU, the batch is 0.")
 
 
 def check_returns_int(fn):
-    # 16 GiB for caches, 70B-class with 8 KV heads, 2,048 tokens: 640 MiB each, 16384 / 640 = 25.6 -> 25
-    got = fn(16 * GIB, 0, 80, 8, 128, 2048, 2)
-    assert type(got) is int, f"max_batch should return a Python int (whole sequences), got {type(got).__name__} ({got!r})"
-    assert got == 25, (f"16 GiB of caches, 640 MiB per sequence: 25.6 sequences, so 25 whole ones; got {got!r}"
-                       + (" (round down: a part of a sequence does not fit)" if got == 26 else ""))
+    _check(fn, 5)
 
 
 CHECKS = [

@@ -23,7 +23,7 @@ CHAPTERS = ROOT / "book" / "chapters"
 CH1 = CHAPTERS / "01_attention_by_hand.ipynb"
 CH2 = CHAPTERS / "02_decode_step.ipynb"
 EXERCISES = {"softmax": 1, "causal_attention": 1, "attend_step": 2}
-GLUE_ROLE = re.compile(r"\{glue:(?:text)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
+GLUE_ROLE = re.compile(r"\{glue:(?:text|md)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
 
 # The sources' figures.
 FOUR_SCORES = [0.707, 0.354, 1.061, -0.707]

@@ -2,9 +2,11 @@
 import json
 import shutil
 import subprocess
+import textwrap
 
 import pytest
 
+from graders.answer_leaks import describe, find_leaks, graded_functions
 from graders.release import ReleaseError, make_release
 
 from grader_helpers import PYTHON, ROOT
@@ -31,6 +33,16 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
         assert "the site is not built" in proc.stdout and (out / "BOOK-NOT-INCLUDED.txt").exists()
     hidden = {p.read_bytes() for p in (ROOT / "graders" / "exercises").glob("*.py")}
     assert not any(p.is_file() and p.read_bytes() in hidden for p in out.rglob("*.py"))
+    # no implementation of a graded function anywhere: Python files, notebook cells and outputs,
+    # the pages of the site; the engine is not shipped, and the checks come with their data
+    leaks = find_leaks(out)
+    assert not leaks, describe(leaks)
+    assert not (out / "kvcache").exists() and not (out / "coursebook").exists() and not (out / "tools").exists()
+    assert "packages: public_checks\n" in proc.stdout + "\n"
+    data = sorted(p.stem for p in (out / "public_checks" / "data").glob("*.json"))
+    assert data == sorted(json.loads(nb.read_text())["metadata"]["kvcourse"]["exercise"]
+                          for nb in (out / "exercises").glob("*.ipynb"))
+    assert 'public_checks = ["data/*.json"]' in (out / "pyproject.toml").read_text()
     # A second release replaces the first.
     proc = subprocess.run([PYTHON, "-m", "graders", "release", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
@@ -83,3 +95,61 @@ def test_the_release_never_overwrites_the_sources(tmp_path):
     with pytest.raises(ReleaseError, match="not a release"):
         make_release(tmp_path / "precious", root=root)
     assert (tmp_path / "precious" / "thesis.tex").exists()
+
+
+def test_the_released_checks_run_without_the_course(tmp_path):
+    """The learner's copy on its own: its public checks import nothing of the course (the engine,
+    the grader and the book's helpers are made unimportable) and grade a right answer, a
+    starter and a wrong one."""
+    out = tmp_path / "release"
+    make_release(out, root=ROOT)
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
+        sys.path.insert(0, {str(out)!r})
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("kvcache", "graders", "coursebook", "solutions", "tools"):
+                    raise ImportError("not in the learner's copy: " + name)
+        sys.meta_path.insert(0, Block())
+        import numpy as np
+        from public_checks import evaluate
+        import public_checks
+        assert public_checks.__file__.startswith({str(out)!r}), public_checks.__file__
+
+        def softmax(s):
+            e = np.exp(s - s.max(axis=-1, keepdims=True))
+            return e / e.sum(axis=-1, keepdims=True)
+
+        def starter(s):
+            raise NotImplementedError
+
+        print(sorted({{o.status for o in evaluate("softmax", softmax)}}))
+        print(sorted({{o.status for o in evaluate("softmax", starter)}}))
+        print(sorted({{o.status for o in evaluate("kv_cache_bytes", lambda L, G, d, T, b: L * G * d * T * b)}}))
+    """)
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == ["['passed']", "['not implemented']", "['failed', 'passed']"]
+
+
+def test_an_answer_anywhere_in_the_copy_stops_the_release(tmp_path):
+    """An exercise that imports a package implementing a graded function (an engine), or a public
+    check that implements one, stops the release: nothing is written."""
+    graded = sorted(graded_functions())[0]
+    root = tmp_path / "course"
+    nb = _fake_course(root)
+    (root / "engine").mkdir()
+    (root / "engine" / "__init__.py").write_text(f"def {graded}(*args):\n    return 42\n")
+    (root / "exercises" / "f.ipynb").write_text(nb("import engine\n\ndef f(x):\n    raise NotImplementedError\n",
+                                                   ["answer"]))
+    with pytest.raises(ReleaseError, match="implementation of a graded function") as err:
+        make_release(tmp_path / "out", root=root)
+    assert f"engine/__init__.py: line 1: {graded}" in str(err.value)
+    assert not (tmp_path / "out").exists()
+    (root / "exercises" / "f.ipynb").write_text(nb("def f(x):\n    raise NotImplementedError\n", ["answer"]))
+    (root / "public_checks" / "f.py").write_text(f"def {graded}(x):\n    return x\n")
+    with pytest.raises(ReleaseError, match="public_checks/f.py"):
+        make_release(tmp_path / "out", root=root)
+    (root / "public_checks" / "f.py").write_text(f"def {graded}(x):\n    raise NotImplementedError\n")
+    assert "release written" in make_release(tmp_path / "out", root=root)[-1]

@@ -1,0 +1,30 @@
+"""Helpers for the chapter notebooks of the course: what a chapter needs besides the engine.
+
+A chapter's visible code should teach; the plumbing lives here, out of the reader's way::
+
+    from coursebook import setup, glue_all, table, matrix, vec, show_source
+
+* ``setup()``: the course's figure style and numpy's print options, once per chapter (in the
+  first, hidden, cell);
+* ``glue_all(name=value, ...)``: glue many figures for the text at once (``{glue:text}`name```),
+  and ``glue_prose(name=sentence, ...)`` for sentences (``{glue:md}`name```);
+* ``table(rows, columns, formats)``: a real table (HTML on the site, Markdown and text too)
+  instead of print-formatted columns; ``matrix(M)``: an array as a table;
+* ``vec(x)``: a vector as text, "(0.7517, 1.5035)", for the prose;
+* ``show_source(fn)``: print an engine function's source, refusing any function an exercise
+  grades (the course never shows an answer);
+* ``rel_err``, and the words that describe a measured figure (``times_word``, ``relation_word``,
+  ``growth_word``), so that the text stays true on a slow or a busy machine.
+
+Importing this package imports neither numpy nor matplotlib: a chapter may limit numpy's
+threads (``kvcache.machine.limit_blas_threads``) after importing it.
+"""
+from __future__ import annotations
+
+from .display import Table, matrix, show_source, table, vec
+from .glue import glue_all, glue_prose
+from .numbers import growth_word, rel_err, relation_word, times_word
+from .style import setup
+
+__all__ = ["setup", "glue_all", "glue_prose", "Table", "table", "matrix", "vec", "show_source",
+           "rel_err", "times_word", "relation_word", "growth_word"]

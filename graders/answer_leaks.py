@@ -1,0 +1,269 @@
+"""Where an exercise's answer could leak: a definition of a graded function that is not a starter.
+
+The course never gives an answer away: no page of the site prints the body of a function an
+exercise grades, and the learner's copy (``make release``) holds no implementation of one.  This
+module finds the definitions that break that rule in any file a learner can read:
+
+* Python files: every ``def NAME`` (at any depth: in a class, inside another function) and every
+  ``NAME = lambda ...`` whose NAME is a graded function;
+* notebooks: the same in every code cell, in the fenced code of Markdown cells and in the text
+  of every output (a printed ``inspect.getsource``);
+* HTML pages: the same in every ``<pre>`` block (code cells, their outputs, code in the text).
+
+A definition is allowed when it is a **starter**: its body, after an optional docstring, is one
+``raise NotImplementedError(...)``.  A signature shown alone (``def f(x):`` and no body, as the
+statement of an exercise shows it) defines nothing and is allowed too.  Text that does not parse
+as Python is read line by line: each ``def NAME(`` there is cut out with the lines indented
+under it and judged the same way; one that cannot be read at all counts as a leak.
+
+The graded names come from the grader's registry (``graders.registry``), so a new exercise is
+covered the day it is registered.  ``find_leaks(path)`` is the one call the tests and the
+release make.
+"""
+from __future__ import annotations
+
+import ast
+import html
+import json
+import re
+import textwrap
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+__all__ = ["Leak", "graded_functions", "leaks_in_source", "leaks_in_text", "leaks_in_notebook",
+           "leaks_in_html", "find_leaks", "describe"]
+
+
+@dataclass(frozen=True)
+class Leak:
+    file: str
+    where: str          # "line 12", "cell 4, output", "<pre> block 7"...
+    name: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.where}: {self.name}: {self.reason}"
+
+
+def graded_functions() -> frozenset[str]:
+    """Every function name an exercise of the grader's registry grades."""
+    from . import registry
+    return frozenset(fn for name in registry.names() for fn in registry.get(name).functions)
+
+
+# ---------------------------------------------------------------- Python source
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _raises_not_implemented(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.Raise) or node.exc is None:
+        return False
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def is_starter(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """The body is one ``raise NotImplementedError(...)``, after an optional docstring."""
+    body = fn.body[1:] if fn.body and _is_docstring(fn.body[0]) else fn.body
+    return len(body) == 1 and _raises_not_implemented(body[0])
+
+
+def _definitions(tree: ast.AST, names: frozenset[str]):
+    """(name, line, is starter) of each definition of a graded name in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+            yield node.name, node.lineno, is_starter(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Lambda):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id in names:
+                    yield target.id, node.lineno, False
+
+
+def _strip_magics(source: str) -> str:
+    """IPython lines (``%timeit``, ``!ls``) as blank lines, so the rest parses as Python."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def leaks_in_source(source: str, file: str, where: str = "", names: frozenset[str] | None = None) -> list[Leak]:
+    """Leaks in a piece of Python (a module, a code cell)."""
+    names = graded_functions() if names is None else names
+    try:
+        tree = ast.parse(_strip_magics(source))
+    except SyntaxError:
+        return leaks_in_text(source, file, where, names)
+    prefix = f"{where}, " if where else ""
+    return [Leak(file, f"{prefix}line {line}", name, "defined with a body (an implementation, not a starter)")
+            for name, line, starter in _definitions(tree, names) if not starter]
+
+
+_DEF = re.compile(r"^(?P<indent>[ \t]*)(?:async[ \t]+)?def[ \t]+(?P<name>[A-Za-z_]\w*)[ \t]*\(")
+_LAMBDA = re.compile(r"^[ \t]*(?P<name>[A-Za-z_]\w*)[ \t]*(?::[^=]*)?=[ \t]*lambda\b")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def leaks_in_text(text: str, file: str, where: str = "", names: frozenset[str] | None = None) -> list[Leak]:
+    """Leaks in text that is not a whole Python program: printed output, a fragment of code.
+
+    Each ``def NAME(`` line of a graded NAME is cut out with the lines below it that are blank or
+    indented deeper, dedented and parsed on its own.
+    """
+    names = graded_functions() if names is None else names
+    lines = text.splitlines()
+    prefix = f"{where}, " if where else ""
+    leaks = []
+    for i, line in enumerate(lines):
+        lam = _LAMBDA.match(line)
+        if lam and lam["name"] in names:
+            leaks.append(Leak(file, f"{prefix}line {i + 1}", lam["name"], "assigned a lambda (an implementation)"))
+            continue
+        match = _DEF.match(line)
+        if not match or match["name"] not in names:
+            continue
+        depth, block = _indent(line), [line]
+        for follower in lines[i + 1:]:
+            if follower.strip() and _indent(follower) <= depth and not block[-1].rstrip().endswith(("(", ",", "\\")):
+                break
+            block.append(follower)
+        chunk = textwrap.dedent("\n".join(block)).rstrip()
+        verdict = _judge_chunk(chunk)
+        if verdict:
+            leaks.append(Leak(file, f"{prefix}line {i + 1}", match["name"], verdict))
+    return leaks
+
+
+def _judge_chunk(chunk: str) -> str:
+    """"" when the cut-out definition is a starter or a bare signature, else why not."""
+    for candidate, signature_only in ((chunk, False), (chunk + "\n    ...", True)):
+        try:
+            tree = ast.parse(candidate)
+        except SyntaxError:
+            continue
+        fn = tree.body[0] if tree.body else None
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            break
+        if signature_only:
+            return ""                      # "def f(x):" and no body: a signature, not a definition
+        return "" if is_starter(fn) else "defined with a body (an implementation, not a starter)"
+    return "a definition that cannot be read as Python (so it cannot be shown to be a starter)"
+
+
+# ---------------------------------------------------------------- notebooks and pages
+
+
+_FENCE = re.compile(r"^(?P<fence>`{3,}|~{3,})[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.MULTILINE | re.DOTALL)
+
+
+def _output_texts(cell: dict):
+    for out in cell.get("outputs", []) or []:
+        if not isinstance(out, dict):
+            continue
+        if "text" in out:
+            text = out["text"]
+            yield "".join(text) if isinstance(text, list) else str(text)
+        for mime, value in (out.get("data") or {}).items():
+            if mime.startswith("text/"):
+                yield "".join(value) if isinstance(value, list) else str(value)
+
+
+def leaks_in_notebook(nb: dict, file: str, names: frozenset[str] | None = None) -> list[Leak]:
+    """Leaks in a notebook's code cells, its Markdown's fenced code and its outputs."""
+    names = graded_functions() if names is None else names
+    leaks = []
+    for number, cell in enumerate(nb.get("cells", []) or []):
+        if not isinstance(cell, dict):
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        if cell.get("cell_type") == "code":
+            leaks += leaks_in_source(source, file, f"cell {number}", names)
+        elif cell.get("cell_type") == "markdown":
+            for fence in _FENCE.finditer(source):
+                leaks += leaks_in_source(fence["body"], file, f"cell {number}, code in the text", names)
+        for text in _output_texts(cell):
+            leaks += leaks_in_text(html.unescape(re.sub(r"<[^>]+>", "", text)), file, f"cell {number}, output", names)
+    return leaks
+
+
+class _PreBlocks(HTMLParser):
+    """The text of every <pre> element, tags inside it dropped, entities decoded."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[str] = []
+        self._depth = 0
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "pre":
+            self._depth += 1
+        elif tag == "br" and self._depth:
+            self._text.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag == "pre" and self._depth:
+            self._depth -= 1
+            if not self._depth:
+                self.blocks.append("".join(self._text))
+                self._text = []
+
+    def handle_data(self, data):
+        if self._depth:
+            self._text.append(data)
+
+
+def leaks_in_html(page: str, file: str, names: frozenset[str] | None = None) -> list[Leak]:
+    """Leaks in every <pre> block of an HTML page."""
+    names = graded_functions() if names is None else names
+    parser = _PreBlocks()
+    parser.feed(page)
+    parser.close()
+    leaks = []
+    for number, block in enumerate(parser.blocks, start=1):
+        leaks += leaks_in_source(block, file, f"<pre> block {number}", names)
+    return leaks
+
+
+def find_leaks(path: str | Path, names: frozenset[str] | None = None) -> list[Leak]:
+    """Every leak in a file or, recursively, in a folder: ``.py`` files, notebooks, HTML pages
+    and Markdown files (their fenced code)."""
+    names = graded_functions() if names is None else names
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    leaks = []
+    for file in files:
+        label = str(file.relative_to(path)) if file != path else str(file)
+        suffix = file.suffix.lower()
+        if suffix not in (".py", ".ipynb", ".html", ".htm", ".md"):
+            continue
+        text = file.read_text(encoding="utf-8", errors="replace")
+        if suffix == ".py":
+            leaks += leaks_in_source(text, label, "", names)
+        elif suffix == ".ipynb":
+            try:
+                nb = json.loads(text)
+            except ValueError:
+                leaks.append(Leak(label, "the whole file", "?", "a notebook that is not valid JSON cannot be checked"))
+                continue
+            leaks += leaks_in_notebook(nb, label, names)
+        elif suffix == ".md":
+            for fence in _FENCE.finditer(text):
+                leaks += leaks_in_source(fence["body"], label, "code in the text", names)
+        else:
+            leaks += leaks_in_html(text, label, names)
+    return leaks
+
+
+def describe(leaks: list[Leak], limit: int = 20) -> str:
+    """The leaks, one a line, for an error message."""
+    lines = [str(leak) for leak in leaks[:limit]]
+    if len(leaks) > limit:
+        lines.append(f"... and {len(leaks) - limit} more")
+    return "\n".join(lines)

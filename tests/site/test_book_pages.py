@@ -1,0 +1,174 @@
+"""What the built pages say and show, read from _build/html (no browser needed):
+
+* no answer: no code block of any page, and no file of the site a learner can download (the
+  notebooks under ``_sources``), holds an implementation of a graded function
+  (``graders.answer_leaks``, driven by the grader's registry);
+* no page speaks of "the seed": readers never saw the course's source documents;
+* the visible code of every chapter teaches: the share of its lines that are glue or plot
+  plumbing stays small, cells that only glue are hidden, and no chapter redefines a helper that
+  ``coursebook`` provides (or one another chapter defines).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+import coursebook
+from graders.answer_leaks import describe, find_leaks
+
+from test_site import ROOT, site_pages, toc_docnames
+
+CHAPTERS = [name for name in toc_docnames() if name.startswith("book/chapters/")]
+# Calls whose only job is to hand figures to the text or to configure the plotting.
+PLUMBING_CALLS = {"glue", "glue_all", "glue_prose", "rcdefaults", "set_printoptions", "tight_layout", "use",
+                  "setup", "update"}
+PLUMBING_NAMES = re.compile(r"^\s*(from myst_nb import|import inspect\b|%matplotlib|plt\.rcParams)")
+MAX_PLUMBING_SHARE = 0.05
+
+
+class _Page(HTMLParser):
+    """The visible text of a page, and the text of each code cell's input."""
+
+    SKIP = {"script", "style", "noscript"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.text: list[str] = []
+        self.inputs: list[str] = []
+        self._skip = 0
+        self._stack: list[tuple[str, bool]] = []     # (tag, opens a cell input)
+        self._in_input = 0
+        self._pre: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        opens_input = tag == "div" and "cell_input" in classes
+        if tag not in ("br", "img", "meta", "link", "input", "hr"):
+            self._stack.append((tag, opens_input))
+        self._in_input += opens_input
+        if tag in self.SKIP:
+            self._skip += 1
+        if tag == "pre" and self._in_input:
+            self._pre = []
+
+    def handle_endtag(self, tag):
+        while self._stack:
+            open_tag, opened_input = self._stack.pop()
+            self._in_input -= opened_input
+            if open_tag == tag:
+                break
+        if tag in self.SKIP and self._skip:
+            self._skip -= 1
+        if tag == "pre" and self._pre is not None:
+            self.inputs.append("".join(self._pre))
+            self._pre = None
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.text.append(data)
+        if self._pre is not None:
+            self._pre.append(data)
+
+
+def read_page(site: Path, page: str) -> _Page:
+    parser = _Page()
+    parser.feed((site / page).read_text(encoding="utf-8"))
+    return parser
+
+
+def test_no_page_and_no_download_gives_an_answer(site):
+    leaks = find_leaks(site)
+    assert not leaks, "an implementation of a graded function is on the site:\n" + describe(leaks)
+    assert any(site.glob("_sources/**/*.ipynb")), "the downloadable notebooks were scanned too"
+
+
+@pytest.mark.parametrize("page", site_pages())
+def test_no_page_says_seed(site, page):
+    text = " ".join(read_page(site, page).text)
+    found = re.findall(r"[^.]{0,40}\bseeds?\b[^.]{0,40}", text, flags=re.IGNORECASE)
+    assert not found, f"{page} speaks of a seed: {found[:3]}"
+
+
+def test_no_downloadable_notebook_says_seed(site):
+    for path in site.glob("_sources/**/*.ipynb"):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            source = "".join(cell["source"])
+            assert not re.search(r"\bseeds?\b", source, flags=re.IGNORECASE), (path.name, source[:80])
+
+
+def plumbing_lines(code: str) -> int:
+    """Lines of ``code`` that are glue or plot plumbing (a call of PLUMBING_CALLS, counted over
+    all its lines, or a line matching PLUMBING_NAMES)."""
+    lines = set()
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        tree = None
+    if tree is not None:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                if name in PLUMBING_CALLS and (name != "update" or "rcParams" in ast.unparse(node.func)) \
+                        and (name != "use" or "matplotlib" in ast.unparse(node.func)):
+                    lines |= set(range(node.lineno, node.end_lineno + 1))
+    source = code.splitlines()
+    lines |= {i + 1 for i, line in enumerate(source) if PLUMBING_NAMES.match(line)}
+    return sum(1 for i in lines if 0 < i <= len(source) and source[i - 1].strip())
+
+
+def code_lines(code: str) -> int:
+    return sum(1 for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_visible_chapter_code_is_mostly_teaching(site, chapter):
+    inputs = read_page(site, f"{chapter}.html").inputs
+    assert len(inputs) >= 8, f"{chapter}: its code cells should be on the page"
+    total = sum(code_lines(code) for code in inputs)
+    plumbing = sum(plumbing_lines(code) for code in inputs)
+    share = plumbing / total
+    print(f"{chapter}: {plumbing} of {total} visible code lines are glue or plot plumbing ({share:.1%})")
+    assert share <= MAX_PLUMBING_SHARE, (
+        f"{chapter}: {plumbing} of {total} visible code lines ({share:.0%}) are glue or plot plumbing: "
+        "move them to a cell tagged remove-cell, or into coursebook")
+    assert not any(code.strip() and plumbing_lines(code) == code_lines(code) for code in inputs), (
+        f"{chapter}: a visible cell does nothing but glue or set up plots: tag it remove-cell")
+
+
+def test_plumbing_is_counted():
+    assert plumbing_lines('glue_all(a=1,\n         b=2)\nx = 1\n') == 2
+    assert plumbing_lines('plt.rcParams.update({"a": 1})\nfig.tight_layout()\nfrom myst_nb import glue\n') == 3
+    assert plumbing_lines('d = {}\nd.update(x=1)\nax.plot(x)\n') == 0
+
+
+def chapter_functions() -> dict[str, list[str]]:
+    """{function name: [chapters defining it]} over the code cells of every chapter notebook."""
+    defined: dict[str, list[str]] = {}
+    for name in CHAPTERS:
+        nb = json.loads((ROOT / f"{name}.ipynb").read_text(encoding="utf-8"))
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for node in ast.walk(ast.parse("".join(cell["source"]))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defined.setdefault(node.name, []).append(name)
+                elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            defined.setdefault(target.id, []).append(name)
+    return defined
+
+
+def test_no_helper_is_redefined_in_a_chapter():
+    defined = chapter_functions()
+    provided = set(coursebook.__all__) | {"show", "vec", "rel_err", "glue", "machine", "shape_of_growth"}
+    redefined = {name: where for name, where in defined.items() if name in provided}
+    assert not redefined, f"chapters define helpers coursebook provides: {redefined}"
+    repeated = {name: where for name, where in defined.items() if len(where) > 1}
+    assert not repeated, f"the same function is defined in several chapters (move it to coursebook): {repeated}"

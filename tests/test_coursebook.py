@@ -1,0 +1,134 @@
+"""coursebook: the chapters' helpers (tables, vectors, glue, the source of engine functions, the
+words for measured figures)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+import coursebook
+from coursebook import (glue_all, glue_prose, growth_word, matrix, rel_err, relation_word, show_source, table,
+                        times_word, vec)
+from coursebook.display import GradedSourceError
+from coursebook.style import FIGURE_STYLE
+
+
+class _Cells(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.rows, self.classes, self._row, self._cell = [], [], None, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self._row = []
+        elif tag in ("td", "th"):
+            self._cell = []
+            self.classes.append(dict(attrs).get("class", ""))
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self._row.append("".join(self._cell))
+            self._cell = None
+        elif tag == "tr":
+            self.rows.append(self._row)
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def cells(html):
+    parser = _Cells()
+    parser.feed(html)
+    return parser
+
+
+def test_table_renders_html_markdown_and_text():
+    t = table([(1, "a<b", 2.5), (1000, "c|d", 3.25)], ["n", "name", "x"], {"n": ",", "x": ".2f"})
+    parsed = cells(t._repr_html_())
+    assert parsed.rows == [["n", "name", "x"], ["1", "a<b", "2.50"], ["1,000", "c|d", "3.25"]]
+    assert parsed.classes[:3] == ["num", "", "num"]                 # numbers right-aligned
+    md = t._repr_markdown_().splitlines()
+    assert md[0] == "| n | name | x |" and md[1] == "|---:|:---|---:|" and md[3] == "| 1,000 | c\\|d | 3.25 |"
+    text = str(t).splitlines()
+    assert text[0].split() == ["n", "name", "x"] and text[2].startswith("    1  a<b")
+    assert repr(t) == str(t)
+
+
+def test_table_formats_and_errors():
+    t = table([(0.5,)], ["s"], [lambda v: f"{v * 1e3:.0f} ms"], caption="times")
+    assert cells(t._repr_html_()).rows[-1] == ["500 ms"] and "<caption>times</caption>" in t._repr_html_()
+    with pytest.raises(ValueError, match="3 values under 2 columns"):
+        table([(1, 2, 3)], ["a", "b"])
+    with pytest.raises(ValueError, match="do not exist"):
+        table([(1,)], ["a"], {"b": ","})
+    with pytest.raises(ValueError, match="2 formats for 1 columns"):
+        table([(1,)], ["a"], [None, None])
+    assert cells(table([], ["a"])._repr_html_()).rows == [["a"]]
+
+
+def test_matrix_and_vec():
+    M = np.array([[1.0, 0.0], [0.25, 0.75]])
+    t = matrix(M, 2, "query", "key", masked=~np.tril(np.ones((2, 2), bool)))
+    assert cells(t._repr_html_()).rows == [["", "key 0", "key 1"], ["query 0", "1.00", "masked"],
+                                           ["query 1", "0.25", "0.75"]]
+    with pytest.raises(ValueError, match="2-D"):
+        matrix(np.zeros(3))
+    assert vec([0.75172, 1.50351]) == "(0.7517, 1.5035)"
+    assert vec(np.array([1.0, -0.5]), 3, "[]") == "[1.000, -0.500]"
+    assert vec([2.0], 0) == "(2)"
+
+
+def test_show_source_prints_the_engine_but_never_an_answer(capsys):
+    from kvcache.attention import attend, softmax, scores
+    from kvcache.memory import kv_cache_bytes
+    from kvcache.transformer import softmax as tiny_softmax
+    show_source(scores)
+    assert capsys.readouterr().out.startswith("def scores(q, K):")
+    for graded in (softmax, tiny_softmax, kv_cache_bytes):
+        with pytest.raises(GradedSourceError, match="graded by an exercise"):
+            show_source(graded)
+    show_source(attend)
+
+
+def test_words_for_measured_figures():
+    assert times_word(51.2) == "51 times faster than"
+    assert times_word(3.24) == "3.2 times faster than"
+    assert times_word(1.02) == "about as fast as"
+    assert times_word(0.4) == "2.5 times slower than"            # a loaded machine can invert a ratio
+    with pytest.raises(ValueError):
+        times_word(0.0)
+    assert relation_word(600, 50) == "above" and relation_word(50, 600) == "below"
+    assert relation_word(100, 98) == "equal to"
+    assert [growth_word(x) for x in (1.0, 1.5, 2.0, 2.5)] == [
+        "close to linear", "between linear and quadratic", "close to quadratic", "faster than quadratic"]
+    a = np.array([[1.0, 0.0], [0.0, 2.0]])
+    assert rel_err(a, a) == 0.0 and rel_err(a * 1.01, a) == pytest.approx(0.01)
+
+
+def test_glue_helpers_check_their_names():
+    with pytest.raises(ValueError):
+        glue_all({"not a name": 1})
+    with pytest.raises(ValueError):
+        glue_prose(ch_x="")
+
+
+def test_setup_applies_one_style():
+    import matplotlib.pyplot as plt
+    plt.rcParams["font.size"] = 23
+    coursebook.setup()
+    for key, value in FIGURE_STYLE.items():
+        got = plt.rcParams[key]
+        assert (list(got) if isinstance(got, (list, tuple)) else got) == (list(value) if isinstance(value, tuple) else value)
+    assert np.get_printoptions()["precision"] == 4
+
+
+def test_importing_coursebook_imports_no_numpy():
+    """A chapter limits numpy's BLAS threads after importing coursebook: it must not load numpy."""
+    code = "import sys, coursebook, kvcache.machine\nprint('numpy' in sys.modules, 'matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]

@@ -1,0 +1,296 @@
+"""Write the expected values of the public checks: ``public_checks/data/NAME.json``.
+
+    .venv/bin/python tools/public_check_data.py          # rewrite the data files
+    .venv/bin/python tools/public_check_data.py --check  # exit 1 when a file is out of date
+
+The public checks a learner runs compare an answer with values stored in those files, so that
+the learner's copy of the course ships no implementation of a function an exercise grades.  The
+values are computed here, outside the learner's copy, by references written for this script
+alone: plain loops over Python floats and exact fractions, sharing no code with the engine
+(``kvcache``), the worked solutions (``solutions/``) or the grader's hidden tests.  The same
+script stores, for the common mistakes a check recognises (scores not divided by sqrt(d), a
+missing causal mask, a forgotten factor 2...), what such a mistaken answer returns, so a check
+can name the mistake without computing it.
+
+The inputs are drawn here with fixed seeds and stored beside their expected values.
+``tests/test_public_check_data.py`` regenerates every file in memory and compares: the files
+are up to date, and the references agree with the engine on every stored case.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "public_checks" / "data"
+FORMAT = 1
+
+# ---------------------------------------------------------------- references (this script's own)
+
+
+def ref_softmax_row(scores) -> list[float]:
+    """exp(s_j - m) / sum_i exp(s_i - m) over Python floats, with an exactly rounded sum."""
+    scores = [float(s) for s in scores]
+    m = max(scores)
+    e = [math.exp(s - m) for s in scores]
+    total = math.fsum(e)
+    return [x / total for x in e]
+
+
+def ref_softmax(scores) -> list:
+    """Softmax of a vector, or of each row of a table."""
+    if scores and isinstance(scores[0], (list, tuple)):
+        return [ref_softmax_row(row) for row in scores]
+    return ref_softmax_row(scores)
+
+
+def _dot(a, b) -> float:
+    return math.fsum(float(x) * float(y) for x, y in zip(a, b))
+
+
+def ref_causal(Q, K, V, *, scale=True, mask=True) -> list[list[float]]:
+    """Row i: the softmax of q_i . k_j (over sqrt(d) unless ``scale`` is false) for j <= i
+    (for every j when ``mask`` is false), times the values."""
+    d = len(Q[0])
+    rows = []
+    for i, q in enumerate(Q):
+        last = i + 1 if mask else len(K)
+        s = [_dot(q, K[j]) / (math.sqrt(d) if scale else 1.0) for j in range(last)]
+        w = ref_softmax_row(s)
+        rows.append([math.fsum(w[j] * float(V[j][c]) for j in range(last)) for c in range(len(V[0]))])
+    return rows
+
+
+def _project(X, W) -> list[list[float]]:
+    return [[_dot(x, [row[c] for row in W]) for c in range(len(W[0]))] for x in X]
+
+
+def ref_decode_rows(X, p, *, scale=True) -> list[list[float]]:
+    """What decoding the tokens X one by one from an empty cache returns: row t of causal
+    attention over the projected tokens."""
+    return ref_causal(_project(X, p["Wq"]), _project(X, p["Wk"]), _project(X, p["Wv"]), scale=scale)
+
+
+def ref_kv_cache_bytes(L, G, d, T, b) -> int:
+    return 2 * L * G * d * T * b
+
+
+def ref_max_batch(gpu, weights, L, G, d, T, b, *, spare_in_gib=False, one_factor=False) -> int:
+    """Whole sequences in what the weights leave.  ``spare_in_gib``: the spare bytes read as GB
+    and converted to GiB (10 GB taken for 10 GiB); ``one_factor``: the factor 2 forgotten."""
+    spare = gpu - weights
+    if spare <= 0:
+        return 0
+    if spare_in_gib:
+        spare = int(Fraction(spare, 10**9) * 2**30)
+    per_sequence = (1 if one_factor else 2) * L * G * d * T * b
+    return spare // per_sequence
+
+
+def ref_arithmetic_intensity(n, d, b, *, softmax=True, bytes_per_value=True) -> float:
+    """Operations over bytes moved by the three lines S = QK^T, P = softmax(S), O = PV, each
+    loading its inputs and storing its result; the keywords leave out what a mistake leaves out."""
+    unit = b if bytes_per_value else 1
+    lines = [  # (numbers loaded, operations, numbers stored)
+        (2 * n * d, n * n * 2 * d, n * n),
+        (n * n, 3 * n * n if softmax else 0, n * n),
+        (n * n + n * d, n * d * 2 * n, n * d),
+    ]
+    ops = sum(op for _, op, _ in lines)
+    moved = sum(load + store for load, _, store in lines) * unit
+    return float(Fraction(ops, moved))
+
+
+def ref_time_per_token(n_params, bytes_per_param, bandwidth) -> float:
+    return float(Fraction(n_params) * Fraction(bytes_per_param) / Fraction(bandwidth))
+
+
+def ref_prefill_time(n_tokens, n_params, flops) -> float:
+    return float(Fraction(n_tokens) * 2 * Fraction(n_params) / Fraction(flops))
+
+
+# ---------------------------------------------------------------- the stored cases
+
+
+def _normal(rng, shape) -> list:
+    return rng.normal(size=shape).tolist()
+
+
+def softmax_data() -> dict:
+    ln3 = math.log(3.0)
+    table = [[0.0, ln3], [ln3, 0.0], [5.0, 5.0]]
+    return {
+        "hand_values": [
+            {"what": "softmax([0, ln 3])", "scores": [0.0, ln3], "expected": ref_softmax([0.0, ln3])},
+            {"what": "softmax([1, 2, 3])", "scores": [1.0, 2.0, 3.0], "expected": ref_softmax([1.0, 2.0, 3.0])},
+        ],
+        "table": {"scores": table, "expected": ref_softmax(table)},
+        "huge": {"scores": [1e4, 1e4 - 1], "expected": ref_softmax([1e4, 1e4 - 1])},
+        "very_negative": {"scores": [-1e4, -1e4 - 1], "expected": ref_softmax([-1e4, -1e4 - 1])},
+    }
+
+
+def _attention_case(Q, K, V) -> dict:
+    return {"Q": Q, "K": K, "V": V, "expected": ref_causal(Q, K, V),
+            "mistakes": {"no_scale": ref_causal(Q, K, V, scale=False),
+                         "no_mask": ref_causal(Q, K, V, mask=False)}}
+
+
+def causal_attention_data() -> dict:
+    rng = np.random.default_rng(1)
+    shape_case = {"Q": _normal(rng, (4, 2)), "K": _normal(rng, (4, 2)), "V": _normal(rng, (4, 3))}
+    rng = np.random.default_rng(2)
+    first_row = {name: _normal(rng, (3, 2)) for name in "QKV"}
+    X = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+    rng = np.random.default_rng(3)
+    leak = {name: _normal(rng, (5, 3)) for name in "QKV"}
+    rng = np.random.default_rng(4)
+    random = {name: _normal(rng, (6, 4)) for name in "QKV"}
+    return {
+        "shape": shape_case,
+        "first_row": first_row,
+        "three_tokens": _attention_case(X, X, [[1.0, 0.0], [0.0, 2.0], [1.0, 2.0]]),
+        "future": leak,
+        "random": _attention_case(random["Q"], random["K"], random["V"]),
+    }
+
+
+def _weights(rng, D, d) -> dict:
+    return {name: _normal(rng, (D, d)) for name in ("Wq", "Wk", "Wv")}
+
+
+def _decode_case(X, p) -> dict:
+    return {"X": X, "p": p, "expected": ref_decode_rows(X, p),
+            "mistakes": {"no_scale": ref_decode_rows(X, p, scale=False)}}
+
+
+def attend_step_data() -> dict:
+    rng = np.random.default_rng(1)
+    shapes = {"p": _weights(rng, 3, 2), "x": _normal(rng, 3)}
+    rng = np.random.default_rng(2)
+    p, x = _weights(rng, 4, 3), _normal(rng, 4)
+    own_value = {"p": p, "x": x, "expected": ref_decode_rows([x], p)[0]}
+    three = _decode_case([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
+                         {"Wq": [[1.0, 0.0], [0.0, 1.0]], "Wk": [[1.0, 0.0], [0.0, 1.0]],
+                          "Wv": [[1.0, 0.0], [0.0, 2.0]]})
+    rng = np.random.default_rng(5)
+    p = _weights(rng, 4, 3)
+    random = _decode_case(_normal(rng, (5, 4)), p)
+    return {"first_step_shapes": shapes, "own_value": own_value, "three_tokens": three, "random": random}
+
+
+def _scalar_cases(reference, cases, **mistakes) -> list[dict]:
+    out = []
+    for what, args in cases:
+        case = {"what": what, "args": list(args), "expected": reference(*args)}
+        if mistakes:
+            case["mistakes"] = {name: fn(*args) for name, fn in mistakes.items()}
+        out.append(case)
+    return out
+
+
+def kv_cache_bytes_data() -> dict:
+    return {"cases": _scalar_cases(ref_kv_cache_bytes, [
+        ("one token of a 7B-class model in fp16", (32, 32, 128, 1, 2)),
+        ("the example of the chapter (4 GiB)", (32, 32, 128, 8192, 2)),
+        ("70B-class model, 8 KV heads, 2,048 tokens, fp16", (80, 8, 128, 2048, 2)),
+        ("a value beyond 2**31 must be exact", (80, 64, 128, 131072, 4)),
+        ("an empty cache (0 tokens)", (32, 32, 128, 0, 2)),
+    ])}
+
+
+GB, GIB = 10**9, 2**30
+
+
+def max_batch_data() -> dict:
+    seven_b = (32, 32, 128)
+    return {"cases": _scalar_cases(
+        ref_max_batch,
+        [("A10 (24 GB), 7B weights (14 GB), 4,096-token fp16 sequences", (24 * GB, 14 * GB, *seven_b, 4096, 2)),
+         ("10 GiB left: exactly 5 sequences of 2 GiB", (24 * GIB, 14 * GIB, *seven_b, 4096, 2)),
+         ("one byte less than 5 sequences", (24 * GIB - 1, 14 * GIB, *seven_b, 4096, 2)),
+         ("a 70B model in fp16 (140 GB) on an 80 GB GPU", (80 * GB, 140 * GB, 80, 8, 128, 4096, 2)),
+         ("the weights exactly fill the GPU", (16 * GB, 16 * GB, *seven_b, 4096, 2)),
+         ("16 GiB of caches, 640 MiB per sequence", (16 * GIB, 0, 80, 8, 128, 2048, 2))],
+        spare_in_gib=lambda *a: ref_max_batch(*a, spare_in_gib=True),
+        one_factor=lambda *a: ref_max_batch(*a, one_factor=True))}
+
+
+def arithmetic_intensity_data() -> dict:
+    return {"cases": _scalar_cases(
+        ref_arithmetic_intensity,
+        [("Llama 2 7B's attention in fp16 (N = 4096, d = 128)", (4096, 128, 2)),
+         ("N = 4, d = 2, fp16", (4, 2, 2)),
+         ("N = 1, d = 1, one byte per number", (1, 1, 1)),
+         ("the same attention in fp32 (4 bytes)", (4096, 128, 4))],
+        numbers=lambda n, d, b: ref_arithmetic_intensity(n, d, b, bytes_per_value=False),
+        bytes_twice=lambda n, d, b: ref_arithmetic_intensity(n, d, b) / b,
+        no_softmax=lambda n, d, b: ref_arithmetic_intensity(n, d, b, softmax=False),
+        # half the traffic: the loads or the stores of each line counted, not both
+        half_traffic=lambda n, d, b: 2 * ref_arithmetic_intensity(n, d, b))}
+
+
+def time_per_token_data() -> dict:
+    return {"cases": _scalar_cases(ref_time_per_token, [
+        ("7B in fp16 on an A10", (7e9, 2, 600e9)),
+        ("7B in fp16 on a T4", (7e9, 2, 300e9)),
+        ("7B in int8 on an A100", (7e9, 1, 2039e9)),
+        ("1,000 parameters of 4 bytes at 2,000 bytes/s", (1000, 4, 2000)),
+    ])}
+
+
+def prefill_time_data() -> dict:
+    return {"cases": _scalar_cases(ref_prefill_time, [
+        ("350 tokens, 7B, A10", (350, 7e9, 125e12)),
+        ("350 tokens, 7B, T4", (350, 7e9, 65e12)),
+        ("350 tokens, 7B, A100", (350, 7e9, 312e12)),
+        ("one token of a 1B model at 2 GFLOP/s", (1, 1e9, 2e9)),
+        ("an empty prompt", (0, 7e9, 125e12)),
+    ])}
+
+
+BUILDERS = {
+    "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
+    "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
+    "arithmetic_intensity": arithmetic_intensity_data, "time_per_token": time_per_token_data,
+    "prefill_time": prefill_time_data,
+}
+
+
+def render(name: str) -> str:
+    """The text of ``public_checks/data/NAME.json``."""
+    body = {"exercise": name, "format": FORMAT,
+            "written_by": "tools/public_check_data.py: do not edit, rerun it", **BUILDERS[name]()}
+    return json.dumps(body, indent=1, allow_nan=False) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only say whether the files are up to date")
+    args = parser.parse_args(argv)
+    stale = []
+    DATA.mkdir(parents=True, exist_ok=True)
+    for name in BUILDERS:
+        path = DATA / f"{name}.json"
+        text = render(name)
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            continue
+        stale.append(path.relative_to(ROOT))
+        if not args.check:
+            path.write_text(text, encoding="utf-8")
+    if args.check:
+        for path in stale:
+            print(f"out of date: {path} (run tools/public_check_data.py)")
+        return 1 if stale else 0
+    print(f"public check data: {len(BUILDERS)} files, {len(stale)} rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
