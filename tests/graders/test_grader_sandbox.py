@@ -72,7 +72,7 @@ def test_the_course_checkout_is_not_visible(isolation):
                     "graders": os.path.exists(os.path.join(root, "graders")),
                     "top": sorted(os.listdir("/")),
                     "home": sorted(os.listdir("/home")) if os.path.isdir("/home") else [],
-                    "main": os.path.exists("/work/main"),
+                    "main": sorted(os.listdir("/work/main")) if os.path.isdir("/work/main") else None,
                     "sandbox": sorted(os.listdir("/sandbox")) if os.path.isdir("/sandbox") else None,
                     "compiled": sorted(os.listdir("/sandbox/__pycache__")) if os.path.isdir("/sandbox/__pycache__") else [],
                     "inputs": sorted(os.listdir(os.path.dirname(__file__)))}}
@@ -80,7 +80,9 @@ def test_the_course_checkout_is_not_visible(isolation):
     assert run.isolation == isolation
     assert value["solutions"] is False and value["graders"] is False
     assert value["root"] in (None, [".venv"])        # at most the virtual environment's folder
-    assert value["home"] == [] and value["main"] is False
+    assert value["home"] == []
+    # the course's main checkout, when it is not this one: invisible; when it is: its venv alone
+    assert value["main"] in (None, [".venv"])
     assert value["inputs"] == ["spec.json", "submission.py"]     # inputs only: no expected values
     if isolation == "bwrap":
         assert "home" not in value["top"] and "scratch" in value["top"]
