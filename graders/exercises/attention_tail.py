@@ -272,7 +272,8 @@ def validate(value, L: int) -> list[dict]:
             if type(v) is not int:
                 raise Fail(f"{at} ({op}): field '{name}' is {describe(v)}; fields are integers")
             if not 0 <= v < 2 ** 32:
-                raise Fail(f"{at} ({op}): field '{name}' = {v} is not an address or a count "
+                shown = str(v) if abs(v) < 10 ** 12 else f"a number of {len(str(abs(v)))} digits"
+                raise Fail(f"{at} ({op}): field '{name}' = {shown} is not an address or a count "
                            "(a non-negative integer below 2^32)")
             fields[name] = v
         tail.append({"op": op, **fields})
