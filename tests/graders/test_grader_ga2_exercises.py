@@ -237,7 +237,7 @@ def test_wrong_tails_are_told_what_looks_wrong():
      "instruction 0 of the tail (MM): field 'M': must be in 1..4, got 5"),
     ("[{'op': 'LD', 'dst': 0, 'src': 0, 'len': 1}] * 300", "returned 300 instructions; the grader runs tails of at "
                                                           "most 256"),
-    ("[{'op': 'LD', 'dst': 0, 'src': 0, 'len': 1}] * 2_000_000", "too large"),
+    ("[{'op': 'LD', 'dst': 0, 'src': 0, 'len': 1}] * 150_000", "too large"),
     ("[Fake()]", "instruction 0 of the tail is a submission.Fake"),
     ("[Instr()]", "does not travel to the grader: return plain dicts"),
 ])

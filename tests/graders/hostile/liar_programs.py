@@ -23,7 +23,7 @@ class LyingList:
 def attention_tail(L, P):
     kind = L % 6
     if kind == 0:
-        return [{"op": "LD", "dst": 0, "src": 0, "len": 4096}] * 3_000_000     # past what the channel sends
+        return [{"op": "LD", "dst": 0, "src": 0, "len": 4096}] * 200_000       # past what the channel sends
     if kind == 1:
         return [LyingDict(op="ST", src=0, dst=0, len=16)]
     if kind == 2:
