@@ -45,6 +45,7 @@ Variants, each equal to plain attention over the first t rows:
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from concurrent.futures import ThreadPoolExecutor
@@ -192,8 +193,9 @@ def _online(blocks: Iterable[tuple[int, int, np.ndarray, np.ndarray]], Q: np.nda
             l = np.zeros(lead, dtype)
             a = np.zeros(lead + (V_blk.shape[-1],), dtype)
         n = K_blk.shape[-2]
-        S = (Q @ np.swapaxes(K_blk, -1, -2)) * dtype.type(scale)     # (..., m, n)
         stop = start + n
+        with np.errstate(invalid="ignore", over="ignore") if stop > seq_len else _quiet_off():
+            S = (Q @ np.swapaxes(K_blk, -1, -2)) * dtype.type(scale)  # (..., m, n); rows past t: garbage
         masked = stop > first_unseen or stop > seq_len
         if masked:
             rows = np.arange(start, stop)
@@ -210,6 +212,11 @@ def _online(blocks: Iterable[tuple[int, int, np.ndarray, np.ndarray]], Q: np.nda
         a = rescale[..., None] * a + P @ V_blk                       # (..., m, d_v)
         M = M_new
         yield BlockState(index, start, stop, masked, M, l, a)
+
+
+def _quiet_off():
+    """No change to numpy's error handling (the blocks inside the sequence keep its warnings)."""
+    return contextlib.nullcontext()
 
 
 def _contiguous_blocks(K, V, block: int, first: int, end: int):
@@ -322,8 +329,9 @@ def transposed_prefill(Q, K_buf, V_buf, seq_len, block):
         lo = b * block
         Kt_blk = K[lo:lo + block].astype(dtype, copy=False)          # (n, d): block rows of (K^T)^T
         Vt_blk = V[lo:lo + block].astype(dtype, copy=False).T        # (d_v, n): block columns of V^T
-        St = (Kt_blk @ Qt) * scale                                   # (n, m): block rows of S^T
         rows = np.arange(lo, lo + Kt_blk.shape[0])
+        with np.errstate(invalid="ignore", over="ignore") if rows[-1] >= seq_len else _quiet_off():
+            St = (Kt_blk @ Qt) * scale                               # (n, m): block rows of S^T
         if rows[-1] > positions[0]:
             St = np.where(rows[:, None] <= positions[None, :], St, -np.inf)
             if rows[-1] >= seq_len:
@@ -386,25 +394,28 @@ def combine_partials(outputs: Sequence[np.ndarray], log_sum_exps: Sequence[float
     return (np.exp(L_s - L)[:, None] * O).sum(axis=0), float(L)
 
 
-def split_k_decode(q, K_buf, V_buf, seq_len, block, splits, *, workers: int = 1):
+def split_k_decode(q, K_buf, V_buf, seq_len, block, splits, *, workers: int = 1, pool=None):
     """``blocked_decode`` with the key axis split into ``splits`` chunks (``split_ranges``),
     each walked independently by ``partial_decode`` and combined by ``combine_partials``.
 
-    ``workers`` > 1 runs the chunks in a pool of that many threads: numpy's matrix products
-    and exponentials release Python's lock while they compute, so the chunks' arithmetic runs
-    on several cores at once; with ``workers`` = 1 they run one after the other.
-    -> (out (d_v,), visited), visited = ceil(t / B) as for ``blocked_decode``.
+    ``workers`` > 1 runs the chunks in a pool of that many threads made for the call; ``pool``
+    is an executor to use instead (one made once and reused, as a server would).  numpy's
+    matrix products and exponentials release Python's lock while they compute, so the chunks'
+    arithmetic runs on several cores at once; with ``workers`` = 1 and no pool they run one
+    after the other.  -> (out (d_v,), visited), visited = ceil(t / B) as for ``blocked_decode``.
     """
     workers = _count(workers, "workers")
     ranges = split_ranges(seq_len, block, splits)
 
     def chunk(r):
         return partial_decode(q, K_buf, V_buf, seq_len, block, *r)
-    if workers == 1 or len(ranges) == 1:
+    if pool is not None and len(ranges) > 1:
+        parts = list(pool.map(chunk, ranges))
+    elif workers == 1 or len(ranges) == 1:
         parts = [chunk(r) for r in ranges]
     else:
-        with ThreadPoolExecutor(max_workers=min(workers, len(ranges))) as pool:
-            parts = list(pool.map(chunk, ranges))
+        with ThreadPoolExecutor(max_workers=min(workers, len(ranges))) as own:
+            parts = list(own.map(chunk, ranges))
     out, _ = combine_partials([p[0] for p in parts], [p[1] for p in parts])
     return out, sum(p[2] for p in parts)
 
