@@ -479,7 +479,7 @@ def paged_decode(q, K_pool, V_pool, block_table, seq_len):
         capacity = len(block_table) * block_size
     except TypeError:
         raise ValueError(f"block_table must be a sequence of block numbers, got {type(block_table).__name__}") from None
-    seq_len = _length(seq_len, capacity, f"block_table's {len(block_table)} blocks of {block_size} hold")
+    seq_len = _length(seq_len, capacity, f"block_table holds (blocks of {block_size})")
     visited = blocks_visited(seq_len, block_size)
     table = _table(block_table, num_blocks, visited)
     group = q.shape[0] // kv_heads
@@ -495,7 +495,7 @@ def gather_pages(pool, block_table, seq_len) -> np.ndarray:
     test compares it with."""
     pool = _array(pool, "pool", 4, "(num_blocks, kv_heads, block_size, head_dim)")
     block_size = pool.shape[2]
-    seq_len = _length(seq_len, len(block_table) * block_size, f"block_table's {len(block_table)} blocks hold")
+    seq_len = _length(seq_len, len(block_table) * block_size, f"block_table holds (blocks of {block_size})")
     table = _table(block_table, pool.shape[0], blocks_visited(seq_len, block_size))
     rows = np.concatenate([pool[b] for b in table], axis=1)          # (G, blocks x block_size, d)
     return rows[:, :seq_len].copy()

@@ -48,7 +48,7 @@ ITEMSIZE = 4                    # float32
 MIN_POSITIONS = 4_096           # never a "long" context shorter than this
 MEMORY_SHARE = 8                # at most an eighth of the free memory...
 MAX_BYTES = 256 * MIB           # ...and never more than this
-ASSUMED_FREE_BYTES = 2 * GIB    # where Linux does not say
+ASSUMED_FREE_BYTES = GIB        # where Linux does not say
 MIN_BLOCKS_PER_SPLIT = 4        # a chunk shorter than this many blocks is not worth a thread
 
 
