@@ -208,12 +208,11 @@ def _buffer_case(rng, max_seq_len, d, seq_len, block, *, tail, d_v=None, scale=1
     V = rng.normal(size=(seq_len, d_v)).tolist()
     case = {"q": q, "K_rows": K, "V_rows": V, "max_seq_len": max_seq_len, "seq_len": seq_len,
             "block": block, "tail": tail, "expected": ref_buffer_attention(q, K, V),
-            "visited": ref_blocks(seq_len, block)}
+            "visited": ref_blocks(seq_len, block), "mistakes": {"no_scale": ref_buffer_attention(q, K, V, scale=False)}}
     if tail == "rows":
         case["K_tail"] = (rng.normal(size=(max_seq_len - seq_len, d)) * 30.0).tolist()
         case["V_tail"] = (rng.normal(size=(max_seq_len - seq_len, d_v)) + 50.0).tolist()
-        case["mistakes"] = {"no_length_mask": ref_buffer_attention(q, K + case["K_tail"], V + case["V_tail"]),
-                            "no_scale": ref_buffer_attention(q, K, V, scale=False)}
+        case["mistakes"]["no_length_mask"] = ref_buffer_attention(q, K + case["K_tail"], V + case["V_tail"])
     return case
 
 
