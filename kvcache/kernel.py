@@ -171,6 +171,12 @@ class BlockState:
         return self.M + np.log(self.l)
 
 
+def _garbage_allowed(past_the_sequence: bool):
+    """numpy's warnings silenced for a product that reads rows past the sequence (inf x 0 and
+    inf - inf there are expected, and masked right after); any other block keeps them."""
+    return np.errstate(invalid="ignore", over="ignore") if past_the_sequence else contextlib.nullcontext()
+
+
 def _online(blocks: Iterable[tuple[int, int, np.ndarray, np.ndarray]], Q: np.ndarray, positions: np.ndarray,
             seq_len: int, dtype, *, mask_scores: bool = True, mask_values: bool = True) -> Iterator[BlockState]:
     """The online softmax over ``blocks``: (index, first row, K rows (..., n, d), V rows (..., n, d_v)).
@@ -194,7 +200,7 @@ def _online(blocks: Iterable[tuple[int, int, np.ndarray, np.ndarray]], Q: np.nda
             a = np.zeros(lead + (V_blk.shape[-1],), dtype)
         n = K_blk.shape[-2]
         stop = start + n
-        with np.errstate(invalid="ignore", over="ignore") if stop > seq_len else _quiet_off():
+        with _garbage_allowed(stop > seq_len):
             S = (Q @ np.swapaxes(K_blk, -1, -2)) * dtype.type(scale)  # (..., m, n); rows past t: garbage
         masked = stop > first_unseen or stop > seq_len
         if masked:
@@ -212,11 +218,6 @@ def _online(blocks: Iterable[tuple[int, int, np.ndarray, np.ndarray]], Q: np.nda
         a = rescale[..., None] * a + P @ V_blk                       # (..., m, d_v)
         M = M_new
         yield BlockState(index, start, stop, masked, M, l, a)
-
-
-def _quiet_off():
-    """No change to numpy's error handling (the blocks inside the sequence keep its warnings)."""
-    return contextlib.nullcontext()
 
 
 def _contiguous_blocks(K, V, block: int, first: int, end: int):
@@ -330,7 +331,7 @@ def transposed_prefill(Q, K_buf, V_buf, seq_len, block):
         Kt_blk = K[lo:lo + block].astype(dtype, copy=False)          # (n, d): block rows of (K^T)^T
         Vt_blk = V[lo:lo + block].astype(dtype, copy=False).T        # (d_v, n): block columns of V^T
         rows = np.arange(lo, lo + Kt_blk.shape[0])
-        with np.errstate(invalid="ignore", over="ignore") if rows[-1] >= seq_len else _quiet_off():
+        with _garbage_allowed(rows[-1] >= seq_len):
             St = (Kt_blk @ Qt) * scale                               # (n, m): block rows of S^T
         if rows[-1] > positions[0]:
             St = np.where(rows[:, None] <= positions[None, :], St, -np.inf)

@@ -266,11 +266,11 @@ def split_k_sentence(result: SplitKResult) -> str:
         where = (f"with {plan.workers} threads on {plan.cores} usable cores, splitting paid: the chunks' "
                  "arithmetic ran on several cores at once")
     elif result.speedup > 1 / 1.15:
-        where = (f"with {plan.workers} threads on {plan.cores} usable cores, splitting gained little: the step "
-                 "reads memory more than it computes, and the cores share that memory's bandwidth (and the "
-                 "machine was shared with other work)")
+        where = (f"with {plan.workers} threads on {plan.cores} usable cores, splitting gained little here: the "
+                 "step reads memory more than it computes, the cores share that memory's bandwidth, and the "
+                 "machine that built the page may have been running other work")
     else:
-        where = (f"with {plan.workers} threads on {plan.cores} usable cores, splitting lost: the threads' "
-                 "start-up, the combine and other work on this shared machine cost more than the second "
-                 "core gave")
+        where = (f"with {plan.workers} threads on {plan.cores} usable cores, splitting lost here: handing the "
+                 "chunks to threads and combining them cost more than the other cores gave (they may have been "
+                 "busy with other work)")
     return where

@@ -467,3 +467,17 @@ def test_interleaved_best_samples_every_function():
     best = kt.interleaved_best({"a": a, "b": b}, repeats=3, min_sample=1e-4)
     assert set(best) == {"a", "b"} and all(v > 0 for v in best.values())
     assert calls["a"] >= 5 and calls["b"] >= 5
+
+
+def test_the_benchmark_runs_its_three_parts_on_small_buffers(monkeypatch, capsys):
+    from bench import bench_kernel
+    monkeypatch.setattr(bench_kernel, "BUFFER", 2048)
+    monkeypatch.setattr(bench_kernel, "LONG", 16384)
+    bench_kernel.early_exit()
+    bench_kernel.blockwise_vs_one_shot()
+    bench_kernel.split_k()
+    out = capsys.readouterr().out
+    assert "1/64" in out and "blockwise / one-shot" in out and "2 chunks, 2 threads" in out
+    assert "largest difference between split-K and one pass" in out
+    gap = float(out.split("largest difference between split-K and one pass: ")[1].split()[0])
+    assert gap < 1e-5
