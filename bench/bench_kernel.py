@@ -10,9 +10,10 @@ Measured in one run, every time the fastest of several samples taken in turn
 2. blockwise against one-shot attention at full length (65,536 rows): ``blocked_decode`` for
    blocks of 64 to 16,384 rows against ``one_shot_decode`` (softmax(K q / sqrt(d)) V in three
    numpy calls);
-3. split-K against one pass, one query over 65,536 positions, blocks of 2,048: the chunks walked
-   by a pool of 2 threads (one pool made once and reused), and the same chunks one after the
-   other.  The threads run at once because numpy releases Python's global lock inside its
+3. split-K against one pass, one query over 65,536 positions, blocks of 2,048, and over the
+   context the chapter's plan (``plan_split_k``) chooses beyond the last-level cache, read from
+   main memory (1 GiB of K and V on a machine with a 480 MiB cache): the chunks walked by a pool
+   of 2 threads (one pool made once and reused), and the same chunks one after the other.  The threads run at once because numpy releases Python's global lock inside its
    matrix products and exponentials; each thread's products run on one BLAS thread.  For
    comparison, one pass whose products use the BLAS library's own threads instead (the other
    way to put two cores on one query).
@@ -44,11 +45,13 @@ def _load() -> str:
 
 
 def _buffers(rows: int, rng_key: int = 0):
+    """q, K, V in float32 (K and V one block of random numbers repeated: see kvcache.bandwidth)."""
     import numpy as np
+
+    from kvcache.bandwidth import _fill
     rng = np.random.default_rng(rng_key)
-    return (rng.standard_normal(HEAD_DIM, dtype=np.float32),
-            rng.standard_normal((rows, HEAD_DIM), dtype=np.float32),
-            rng.standard_normal((rows, HEAD_DIM), dtype=np.float32))
+    return (rng.standard_normal(HEAD_DIM, dtype=np.float32), _fill(rows, HEAD_DIM, np.float32, rng),
+            _fill(rows, HEAD_DIM, np.float32, rng))
 
 
 def early_exit() -> None:
@@ -95,27 +98,36 @@ def split_k() -> None:
     import numpy as np
 
     from kvcache.kernel import blocked_decode, split_k_decode
-    from kvcache.kernel_timing import interleaved_best
+    from kvcache.kernel_timing import interleaved_best, plan_split_k
     from kvcache.machine import read_machine
-    q, K, V = _buffers(LONG)
-    cores = read_machine().usable_cpus
-    print(f"\n3. split-K against one pass: 1 query over {LONG:,} positions, blocks of {SPLIT_BLOCK:,}, "
-          f"{THREADS} threads on {cores} usable cores (BLAS: one thread per product)")
+    from kvcache.memory import format_bytes
+    facts = read_machine()
+    cores = facts.usable_cpus
+    contexts = [(LONG, SPLIT_BLOCK)]
+    memory = plan_split_k(facts).context("memory")       # the chapter's context beyond the cache
+    if memory is not None:
+        contexts.append((memory.positions, memory.block))
+    print(f"\n3. split-K against one pass: 1 query, {THREADS} threads on {cores} usable cores "
+          f"(BLAS: one thread per product); last-level cache {format_bytes(facts.llc_bytes or 0)}")
     if cores is not None and cores < THREADS:
         print(f"   only {cores} usable core(s): the threads share it, and split-K can only cost here")
     with ThreadPoolExecutor(THREADS) as pool:
-        fns = {"one pass": lambda: blocked_decode(q, K, V, LONG, SPLIT_BLOCK)}
-        for splits in (2, 4, 8):
-            fns[f"{splits} chunks, {THREADS} threads"] = (
-                lambda s: lambda: split_k_decode(q, K, V, LONG, SPLIT_BLOCK, s, pool=pool))(splits)
-        fns["2 chunks, one after the other"] = lambda: split_k_decode(q, K, V, LONG, SPLIT_BLOCK, 2)
-        best = interleaved_best(fns, repeats=9)
-        gap = float(np.max(np.abs(split_k_decode(q, K, V, LONG, SPLIT_BLOCK, 2, pool=pool)[0]
-                                  - blocked_decode(q, K, V, LONG, SPLIT_BLOCK)[0])))
-    one = best["one pass"]
-    for name, seconds in best.items():
-        print(f"   {name:<32} {seconds * 1e3:8.3f} ms   one pass / this = {one / seconds:.2f}")
-    print(f"   largest difference between split-K and one pass: {gap:.1e} (float32)")
+        for positions, block in contexts:
+            q, K, V = _buffers(positions)
+            print(f"   {positions:,} positions (K and V {format_bytes(2 * K.nbytes)}), blocks of {block:,}:")
+            fns = {"one pass": lambda: blocked_decode(q, K, V, positions, block)}
+            for splits in (2, 4, 8):
+                fns[f"{splits} chunks, {THREADS} threads"] = (
+                    lambda s: lambda: split_k_decode(q, K, V, positions, block, s, pool=pool))(splits)
+            fns["2 chunks, one after the other"] = lambda: split_k_decode(q, K, V, positions, block, 2)
+            best = interleaved_best(fns, repeats=9)
+            gap = float(np.max(np.abs(split_k_decode(q, K, V, positions, block, 2, pool=pool)[0]
+                                      - blocked_decode(q, K, V, positions, block)[0])))
+            one = best["one pass"]
+            for name, seconds in best.items():
+                print(f"     {name:<32} {seconds * 1e3:8.3f} ms   one pass / this = {one / seconds:.2f}")
+            print(f"     largest difference between split-K and one pass: {gap:.1e} (float32)")
+            del q, K, V
 
 
 def blas_threaded_one_pass() -> None:

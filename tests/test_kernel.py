@@ -393,27 +393,52 @@ def test_the_split_k_plan_is_valid_and_bounded_on_every_machine(name):
     assert 1 <= plan.workers <= kt.MAX_WORKERS and plan.splits >= 2 and plan.splits >= plan.workers
     assert plan.workers == min(facts.usable_cpus or 1, kt.MAX_WORKERS)
     assert plan.parallel == (plan.workers > 1)
-    assert kt.MIN_POSITIONS <= plan.positions <= kt.LONG_POSITIONS and plan.positions & (plan.positions - 1) == 0
-    assert plan.cache_bytes <= plan.budget_bytes or plan.positions == kt.MIN_POSITIONS
     assert plan.budget_bytes <= kt.MAX_BYTES
-    assert plan.positions % plan.block == 0 and plan.positions // plan.block >= plan.splits * kt.MIN_BLOCKS_PER_SPLIT
+    names = [c.name for c in plan.contexts]
+    assert names[:2] == ["short", "long"] and names in (["short", "long"], ["short", "long", "memory"])
+    long = plan.context("long")
+    assert kt.MIN_POSITIONS <= long.positions <= kt.LONG_POSITIONS and long.positions & (long.positions - 1) == 0
+    assert long.cache_bytes <= plan.budget_bytes or long.positions == kt.MIN_POSITIONS
+    for c in plan.contexts:
+        assert c.positions % c.block == 0 and c.block <= kt.MAX_BLOCK
+        assert c.positions // c.block >= plan.splits * kt.MIN_BLOCKS_PER_SPLIT or c.block == 16
+        assert c.where == ("beyond the last-level cache" if c.cache_bytes > plan.llc_bytes
+                           else "inside the last-level cache")
+    memory = plan.context("memory")
+    if memory is not None:
+        assert memory.cache_bytes >= kt.BEYOND_FACTOR * plan.llc_bytes > memory.cache_bytes // 2
+        assert memory.cache_bytes <= plan.budget_bytes and not plan.beyond_note
+    else:
+        assert plan.beyond_note
+    assert plan.peak_bytes <= max(plan.budget_bytes, kt.MIN_POSITIONS * kt.BYTES_PER_POSITION)
     rows = dict(kt.describe_split_plan(plan))
     assert rows["threads walking chunks"].startswith(str(plan.workers))
     assert ("take turns" in rows["threads walking chunks"]) == (not plan.parallel)
     assert ("unknown" in rows["usable cores"]) == (facts.usable_cpus is None)
-    assert (f"less than {kt.LONG_POSITIONS:,}" in rows["long context"]) == (plan.positions < kt.LONG_POSITIONS)
+    assert ("assumed" in rows["last-level cache"]) == (not facts.llc_bytes)
+    assert (f"fewer than {kt.LONG_POSITIONS:,}" in rows["long context"]) == (long.positions < kt.LONG_POSITIONS)
+    assert ("context read from main memory" in rows) == (memory is not None or bool(plan.beyond_note))
 
 
 def test_the_plan_follows_the_machine():
-    assert kt.plan_split_k(MACHINES["64 cores, 200 GiB"]).workers == kt.MAX_WORKERS
-    assert kt.plan_split_k(MACHINES["64 cores, 200 GiB"]).positions == kt.LONG_POSITIONS
-    assert kt.plan_split_k(MACHINES["1 core, 2 GiB"]).workers == 1
-    assert kt.plan_split_k(MACHINES["1 core, 2 GiB"]).splits == 2
+    big = kt.plan_split_k(MACHINES["64 cores, 200 GiB"])
+    assert big.workers == kt.MAX_WORKERS and big.context("long").positions == kt.LONG_POSITIONS
+    # an unknown cache is taken as 32 MiB: the long context's 64 MiB is twice that, from main memory
+    assert big.llc_bytes == 32 * MIB and not big.llc_known and big.context("memory") is None
+    assert "already read from main memory" in big.beyond_note
+    one = kt.plan_split_k(MACHINES["1 core, 2 GiB"])
+    assert one.workers == 1 and one.splits == 2
     small = kt.plan_split_k(MACHINES["4 cores, 100 MiB free"])
-    assert small.positions < kt.LONG_POSITIONS and "eighth of the 100 MiB" in small.budget_reason
+    assert small.context("long").positions < kt.LONG_POSITIONS and "eighth of the 100 MiB" in small.budget_reason
+    assert small.context("memory") is None and "would not fit" in small.beyond_note
     cgroup = kt.plan_split_k(MACHINES["3 cores, cgroup of 300 MiB"])
     assert cgroup.budget_bytes == 200 * MIB // 8
     assert "assumed free" in kt.plan_split_k(MACHINES["cores and memory unknown"]).budget_reason
+    here = kt.plan_split_k(MachineFacts(usable_cpus=2, llc_bytes=480 * MIB, mem_available_bytes=24 * GIB))
+    assert here.context("memory").positions == 2**20 and here.context("memory").cache_bytes == GIB
+    tiny_cache = kt.plan_split_k(MachineFacts(usable_cpus=2, llc_bytes=8 * MIB, mem_available_bytes=24 * GIB))
+    assert tiny_cache.context("memory") is None and "already read from main memory" in tiny_cache.beyond_note
+    assert tiny_cache.context("long").where == "beyond the last-level cache"
 
 
 def test_choose_splits():
@@ -428,29 +453,41 @@ def test_choose_splits():
             kt.choose_splits(bad, 100, 10, 2)
 
 
-def result(plan, one, split, serial=None):
-    return kt.SplitKResult(plan, one, split, serial or one * 1.02, 1e-4, 2e-4, 1e-9)
+def result(plan, speedups):
+    """A SplitKResult whose rows have the given one pass / split-K ratios (one pass: 1 s)."""
+    rows = tuple(kt.SplitKRow(c, 1.0, 1.0 / s, 1.02, 1e-9) for c, s in zip(plan.contexts, speedups))
+    return kt.SplitKResult(plan, rows)
 
 
-def test_the_split_k_sentence_holds_whichever_way_the_measurement_went():
-    two = kt.plan_split_k(MACHINES["this kind: 2 cores, 24 GiB"])
+def test_the_split_k_sentences_hold_whichever_way_the_measurement_went():
+    two = kt.plan_split_k(MachineFacts(usable_cpus=2, llc_bytes=480 * MIB, mem_available_bytes=24 * GIB))
     one = kt.plan_split_k(MACHINES["1 core, 2 GiB"])
-    assert "splitting paid" in kt.split_k_sentence(result(two, 2.0, 1.1))
-    assert "gained little" in kt.split_k_sentence(result(two, 1.0, 1.05))
-    assert "splitting lost" in kt.split_k_sentence(result(two, 1.0, 2.0))
-    assert "one core only" in kt.split_k_sentence(result(one, 1.0, 0.5))
-    r = result(two, 2.0, 1.0, 2.2)
-    assert r.speedup == 2.0 and math.isclose(r.overhead, 1.1) and r.short_speedup == 0.5
+    found = kt.split_k_sentence(result(two, [0.4, 0.95, 1.5]))
+    assert "short context (1,024 positions" in found and "it lost, a ratio of 0.40" in found
+    assert "made little difference, a ratio of 0.95" in found and "main memory (1,048,576 positions" in found
+    assert "it paid, a ratio of 1.50" in found
+    assert "one core only" in kt.split_k_sentence(result(one, [1.0, 1.0]))
+    assert kt.split_k_reading(result(two, [0.4, 0.95, 1.5])).startswith("Only the context read from main memory")
+    assert kt.split_k_reading(result(two, [0.4, 1.5, 1.5])).startswith("Both long contexts gained")
+    assert kt.split_k_reading(result(two, [0.4, 1.5, 1.0])).startswith("The long context gained but")
+    assert kt.split_k_reading(result(two, [0.4, 1.0, 1.0])).startswith("Neither long context gained")
+    small = kt.plan_split_k(MACHINES["4 cores, 100 MiB free"])
+    assert "No context read from main memory was measured" in kt.split_k_reading(result(small, [1.0, 1.0]))
+    assert kt.split_k_reading(result(small, [1.0, 2.0])).startswith("The long context gained")
+    r = result(two, [0.5, 2.0, 1.0])
+    assert r.row("long").speedup == 2.0 and math.isclose(r.row("long").overhead, 1.02) and r.row("nope") is None
 
 
 def test_the_measurements_run_and_agree_on_a_small_plan():
     import dataclasses
-    plan = dataclasses.replace(kt.plan_split_k(MACHINES["this kind: 2 cores, 24 GiB"]), positions=4096,
-                               short_positions=256, block=256, repeats=1)
+    plan = kt.plan_split_k(MachineFacts(usable_cpus=2, llc_bytes=MIB, mem_available_bytes=24 * GIB))
+    plan = dataclasses.replace(plan, repeats=1, contexts=(kt.Context("short", 256, 16, "inside the last-level cache"),
+                                                          kt.Context("long", 4096, 256, "beyond the last-level cache")))
     found = kt.measure_split_k(plan)
-    assert found.max_difference < 1e-5
-    assert all(x > 0 and math.isfinite(x) for x in (found.one_pass_s, found.split_s, found.split_serial_s,
-                                                    found.short_one_pass_s, found.short_split_s))
+    assert [r.context.name for r in found.rows] == ["short", "long"]
+    for r in found.rows:
+        assert r.max_difference < 1e-5
+        assert all(x > 0 and math.isfinite(x) for x in (r.one_pass_s, r.split_s, r.split_serial_s))
     rows = kt.measure_early_exit(max_seq_len=1024, block=64, fractions=(1 / 64, 1 / 2, 1), repeats=1)
     assert [r.seq_len for r in rows] == [16, 512, 1024] and [r.visited for r in rows] == [1, 8, 16]
     assert all(r.visited_full == 16 and r.exit_s > 0 and r.full_s > 0 for r in rows)
@@ -470,14 +507,20 @@ def test_interleaved_best_samples_every_function():
 
 
 def test_the_benchmark_runs_its_three_parts_on_small_buffers(monkeypatch, capsys):
+    import kvcache.machine
     from bench import bench_kernel
     monkeypatch.setattr(bench_kernel, "BUFFER", 2048)
     monkeypatch.setattr(bench_kernel, "LONG", 16384)
+    import dataclasses
+    monkeypatch.setattr(kvcache.machine, "read_machine", lambda: MachineFacts(usable_cpus=2, llc_bytes=2 * MIB))
+    small = kt.Context("memory", 4096, 256, "beyond the last-level cache")     # 4 MiB: small for a test
+    real_plan = kt.plan_split_k
+    monkeypatch.setattr(kt, "plan_split_k", lambda facts: dataclasses.replace(real_plan(facts), contexts=(small,)))
     bench_kernel.early_exit()
     bench_kernel.blockwise_vs_one_shot()
     bench_kernel.split_k()
     out = capsys.readouterr().out
     assert "1/64" in out and "blockwise / one-shot" in out and "2 chunks, 2 threads" in out
-    assert "largest difference between split-K and one pass" in out
-    gap = float(out.split("largest difference between split-K and one pass: ")[1].split()[0])
-    assert gap < 1e-5
+    assert "16,384 positions (K and V 16 MiB)" in out and "4,096 positions (K and V 4 MiB)" in out
+    gaps = [float(part.split()[0]) for part in out.split("largest difference between split-K and one pass: ")[1:]]
+    assert len(gaps) == 2 and max(gaps) < 1e-5
