@@ -102,6 +102,11 @@ class Context:
         return self.positions * BYTES_PER_POSITION
 
     @property
+    def source(self) -> str:
+        """Where a step reads K and V from: "the cache" or "main memory"."""
+        return "main memory" if self.where.startswith("beyond") else "the cache"
+
+    @property
     def label(self) -> str:
         return {"memory": "context read from main memory"}.get(self.name, f"{self.name} context")
 

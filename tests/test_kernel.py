@@ -404,6 +404,7 @@ def test_the_split_k_plan_is_valid_and_bounded_on_every_machine(name):
         assert c.positions // c.block >= plan.splits * kt.MIN_BLOCKS_PER_SPLIT or c.block == 16
         assert c.where == ("beyond the last-level cache" if c.cache_bytes > plan.llc_bytes
                            else "inside the last-level cache")
+        assert c.source == ("main memory" if c.cache_bytes > plan.llc_bytes else "the cache")
     memory = plan.context("memory")
     if memory is not None:
         assert memory.cache_bytes >= kt.BEYOND_FACTOR * plan.llc_bytes > memory.cache_bytes // 2
