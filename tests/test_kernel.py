@@ -1,7 +1,8 @@
 """kvcache.kernel and kvcache.kernel_timing: the blockwise kernel against plain attention.
 
 The reference is ``kvcache.attention`` (chapters 1 and 2: one softmax over the rows given, no
-blocks, no buffer), which shares no code with ``kvcache.kernel``.  Hypothesis draws buffers,
+blocks, no buffer), which shares no code with ``kvcache.kernel``, and PyTorch's
+``scaled_dot_product_attention``, a real implementation from outside the project.  Hypothesis draws buffers,
 lengths, blocks and tails (NaN, inf, large numbers) for every variant: the decode step, the
 causal chunk, the transposed form, split-K and the paged walk over random block tables.  The
 measurement plan is tested on machines this test does not run on; no speed is asserted.
@@ -525,3 +526,40 @@ def test_the_benchmark_runs_its_three_parts_on_small_buffers(monkeypatch, capsys
     assert "16,384 positions (K and V 16 MiB)" in out and "4,096 positions (K and V 4 MiB)" in out
     gaps = [float(part.split()[0]) for part in out.split("largest difference between split-K and one pass: ")[1:]]
     assert len(gaps) == 2 and max(gaps) < 1e-5
+
+
+# ---------------------------------------------------------------- against PyTorch's own attention
+
+
+def test_the_kernel_agrees_with_torch_scaled_dot_product_attention():
+    """torch.nn.functional.scaled_dot_product_attention, a real implementation written apart:
+    the decode step over a buffer's first seq_len rows, a causal chunk (its boolean mask: query i
+    sees keys 0 .. t - m + i) and the paged walk with grouped query heads (enable_gqa)."""
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    def T(a):
+        return torch.from_numpy(np.ascontiguousarray(a))
+    rng = np.random.default_rng(11)
+    for _ in range(25):
+        N = int(rng.integers(2, 200))
+        t, block, d = int(rng.integers(1, N + 1)), int(rng.integers(1, 70)), int(rng.integers(1, 33))
+        q, K, V = rng.standard_normal(d) * 3, rng.standard_normal((N, d)) * 3, rng.standard_normal((N, d))
+        expected = sdpa(T(q)[None, None, None], T(K[:t])[None, None], T(V[:t])[None, None])[0, 0, 0].numpy()
+        K[t:], V[t:] = np.nan, np.inf
+        assert np.allclose(kn.blocked_decode(q, K, V, t, block)[0], expected, rtol=1e-10, atol=1e-12)
+        m = int(rng.integers(1, t + 1))
+        Q = rng.standard_normal((m, d))
+        allowed = np.arange(t)[None, :] <= (t - m + np.arange(m))[:, None]          # (m, t)
+        chunk = sdpa(T(Q)[None, None], T(K[:t])[None, None], T(V[:t])[None, None], attn_mask=T(allowed))[0, 0].numpy()
+        assert np.allclose(kn.blocked_prefill(Q, K, V, t, block)[0], chunk, rtol=1e-10, atol=1e-12)
+        assert np.allclose(kn.transposed_prefill(Q, K, V, t, block)[0], chunk, rtol=1e-10, atol=1e-12)
+    for kv_heads, group, block_size, t in [(2, 4, 16, 37), (1, 8, 4, 5), (4, 1, 8, 64), (3, 2, 1, 9)]:
+        head_dim, needed = 16, math.ceil(t / block_size)
+        table = rng.permutation(needed + 3)[:needed].tolist()
+        K_pool = rng.standard_normal((needed + 3, kv_heads, block_size, head_dim))
+        V_pool = rng.standard_normal((needed + 3, kv_heads, block_size, head_dim))
+        q = rng.standard_normal((kv_heads * group, head_dim))
+        K_seq, V_seq = kn.gather_pages(K_pool, table, t), kn.gather_pages(V_pool, table, t)
+        expected = sdpa(T(q)[None, :, None], T(K_seq)[None], T(V_seq)[None], enable_gqa=True)[0, :, 0].numpy()
+        assert np.allclose(kn.paged_decode(q, K_pool, V_pool, table, t)[0], expected, rtol=1e-10, atol=1e-12)
