@@ -248,22 +248,28 @@ function render({ model, el }) {
     chart.replaceChildren(memoryBar(r, cfg.colours, width), legend(items));
   }
 
-  // A change from the notebook (JupyterLab) or from this page: show the new values in the
-  // controls, leaving alone a field whose text already says that value (the reader may be
-  // typing in it), and redraw.
-  function sync() {
-    for (const name of ["model_preset", "gpu_preset", "bytes_per_value", "unit"]) {
-      controls[name].set(model.get(name));
-    }
-    for (const name of [...WHOLE, "weights", "gpu_memory"]) {
-      if (!sameAsModel(name)) controls[name].set(model.get(name));
-    }
-    for (const name of ["weights", "gpu_memory"]) controls[name].setUnit(model.get("unit"));
-    redraw();
+  // A change from the notebook (JupyterLab) or from this page: a field whose value changed shows
+  // it, unless its text already says that value (the reader may be typing in it); a field the
+  // reader left invalid keeps the reader's text until its own value changes.  Then redraw.
+  const listeners = [];
+  function listen(event, callback) {
+    model.on(event, callback);
+    listeners.push([event, callback]);
   }
-  model.on("change", sync);
+  for (const name of ["model_preset", "gpu_preset", "bytes_per_value", "unit"]) {
+    listen(`change:${name}`, () => controls[name].set(model.get(name)));
+  }
+  for (const name of [...WHOLE, "weights", "gpu_memory"]) {
+    listen(`change:${name}`, () => {
+      if (!sameAsModel(name)) controls[name].set(model.get(name));
+    });
+  }
+  listen("change:unit", () => {
+    for (const name of ["weights", "gpu_memory"]) controls[name].setUnit(model.get("unit"));
+  });
+  listen("change", redraw);
   redraw();
-  return () => model.off("change", sync);
+  return () => listeners.forEach(([event, callback]) => model.off(event, callback));
 }
 
 export default { render };
