@@ -139,7 +139,7 @@
   }
 
   function notice(el, text) {
-    el.className = "cw-host-notice";
+    el.classList.add("cw-host-notice");
     el.setAttribute("role", "note");
     el.textContent = text;
   }

@@ -390,15 +390,15 @@ export function stackedBars({ rows, max, width = 640, barHeight = 28, gap = 10, 
   return root;
 }
 
-/** Round tick values covering [0, top]: about `count` of them, steps of 1, 2 or 5 times a power
- * of ten. */
+/** Round tick values from 0 to the first one at or above `top`: about `count` steps of 1, 2 or
+ * 5 times a power of ten. */
 export function niceTicks(top, count = 5) {
   if (!(top > 0)) return [0];
   const raw = top / count;
   const power = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw);
-  const ticks = [];
-  for (let v = 0; v <= top + step / 2; v += step) ticks.push(v);
+  const ticks = [0];
+  for (let i = 1; ticks[ticks.length - 1] < top; i += 1) ticks.push(Number((i * step).toPrecision(12)));
   return ticks;
 }
 
@@ -427,7 +427,7 @@ export function lineChart({ x, series, at, width = 640, height = 220, xLabel = "
     root.append(svg("line", { x1: left, x2: width - right, y1: py(t), y2: py(t), class: "cw-grid" }));
     root.append(svg("text", { x: left - 6, y: py(t) + 4, "text-anchor": "end", class: "cw-svg-text cw-small" }, format(t)));
   }
-  for (const t of niceTicks(x1 - x0, 8).map((v) => v + x0).filter((v) => v <= x1)) {
+  for (const t of [x0, ...niceTicks(x1, 8).filter((v) => v > x0 + (x1 - x0) / 16 && v <= x1)]) {
     root.append(svg("text", { x: px(t), y: height - bottom + 16, "text-anchor": "middle", class: "cw-svg-text cw-small" },
       formatInt(Math.round(t))));
   }
