@@ -182,3 +182,27 @@ def test_save_page_writes_the_state_the_views_and_the_host(tmp_path):
     assert "STATE_TYPE" in html and "src=" not in html, "the host is inlined: the page loads nothing"
     with pytest.raises(ValueError, match="at least one widget"):
         save_page(tmp_path / "empty.html")
+
+
+# -- the documented example -----------------------------------------------------------------------
+
+def test_the_contributing_example_builds_the_cycles_widget():
+    """CONTRIBUTING.md's example (the GA-2 chapter's widget) runs, and shows the cycle model's totals."""
+    from pathlib import Path
+
+    from ga2.attn import default_params, program
+    from ga2.cycles import cycle_counts
+
+    text = (Path(__file__).resolve().parents[1] / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text[text.index("### Example: cycles against context length"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope: dict = {}
+    exec(compile(code, "CONTRIBUTING.md", "exec"), scope)
+    cycles = scope["cycles"]
+    assert isinstance(cycles, SeriesExplorer) and cycles.value == 32
+    for L in (1, 32, 64):
+        for variant in ("cached", "recompute"):
+            assert cycles.at(L)[variant]["total"] == cycle_counts(program(L, variant, default_params(),
+                                                                          beyond_plan=True)).total
+    step = cycles.at(32)
+    assert cycles.ratios(32)["step"] == step["recompute"]["total"] / step["cached"]["total"] > 1
