@@ -7,9 +7,13 @@ Measured here, in one run (``python -m bench grader``, or ``make bench``):
    which adds an interpreter start-up);
 2. where the time of one submission goes: an empty sandbox (bubblewrap and the interpreter), the
    same importing numpy, and the whole grading;
-3. a batch of 200 distinct ``attend_step`` submissions with ``--jobs 1`` and ``--jobs 2``:
+3. the same submission graded by this grader and by the grader of another git revision (by
+   default where this branch left ``main``; ``BENCH_GRADER_BASELINE=REV`` to choose, ``none`` to
+   skip), each in processes of its own, in alternating rounds, so that both see the same machine;
+   and this grader with the subprocess fallback instead of bubblewrap;
+4. a batch of 200 distinct ``attend_step`` submissions with ``--jobs 1`` and ``--jobs 2``:
    throughput and speed-up (the batch is limited by the cores when 2 jobs give about twice 1);
-4. otter-grader's local runner (``otter run``) on the first few of the same submissions, from a
+5. otter-grader's local runner (``otter run``) on the first few of the same submissions, from a
    scratch virtual environment of this benchmark's own (``_build/bench/otter-venv``, created with
    ``pip install otter-grader`` on first use: a peer to compare with, not a dependency), with an
    otter autograder whose tests check what ours do; the ratio of the medians is reported.  When
@@ -147,6 +151,66 @@ def bench_one(paths: list[Path]) -> dict:
     return {"median": median, "min": min(times), "max": max(times), "cli_median": cli_median,
             "empty_sandbox": starts["empty"], "numpy_sandbox": starts["numpy"],
             "isolation": results[0]["isolation"], "tests": len(results[0]["tests"])}
+
+
+TIME_ONE = r"""
+import json, statistics, sys, time
+sys.path.insert(0, sys.argv[1])
+from graders import grade_file
+path, repeat, isolation = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+grade_file(path, isolation=isolation)                # warm: tests and expected values built once
+times = []
+for _ in range(repeat):
+    start = time.perf_counter()
+    result = grade_file(path, isolation=isolation)
+    times.append(time.perf_counter() - start)
+    assert result["score"] == result["max_score"], result["output"]
+print(json.dumps(times))
+"""
+
+
+def _baseline_revision() -> tuple[str | None, str]:
+    """(revision, why): the grader to compare with, or None and why not."""
+    asked = os.environ.get("BENCH_GRADER_BASELINE", "")
+    if asked.lower() == "none":
+        return None, "BENCH_GRADER_BASELINE=none"
+    git = ["git", "-C", str(ROOT)]
+    try:
+        rev = asked or subprocess.run(git + ["merge-base", "HEAD", "main"], capture_output=True, text=True,
+                                      check=True).stdout.strip()
+        rev = subprocess.run(git + ["rev-parse", "--short", rev], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        same = subprocess.run(git + ["diff", "--quiet", rev, "--", "graders"]).returncode == 0
+    except (OSError, subprocess.CalledProcessError) as err:
+        return None, f"no git revision to compare with ({err})"
+    if same:
+        return None, f"graders/ is the same as at {rev} (set BENCH_GRADER_BASELINE=REV to compare with another)"
+    return rev, ""
+
+
+def bench_before_after(path: Path, rounds: int = 4, repeat: int = 5) -> dict:
+    """Median time to grade ``path``: the grader of the baseline revision and this one (bubblewrap
+    and the fallback), ``rounds`` alternating rounds of ``repeat`` gradings each."""
+    rev, why = _baseline_revision()
+    trees = {"this grader": ROOT}
+    if rev is not None:
+        old = OUT / f"baseline-{rev}"
+        if not (old / "graders").is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+            old.mkdir(parents=True)
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "graders", "public_checks"],
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+        trees = {f"the grader at {rev}": old, **trees}
+    runs = [(label, tree, "auto") for label, tree in trees.items()] + [("this grader, fallback", ROOT, "subprocess")]
+    times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
+    for _ in range(rounds):
+        for label, tree, isolation in runs:
+            proc = subprocess.run([sys.executable, "-c", TIME_ONE, str(tree), str(path), str(repeat), isolation],
+                                  cwd=ROOT, capture_output=True, text=True, check=True)
+            times[label] += json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"medians": {label: statistics.median(t) for label, t in times.items()}, "why": why,
+            "n": rounds * repeat}
 
 
 def bench_batch(folder: Path, jobs: int) -> dict:
@@ -295,6 +359,19 @@ def main() -> int:
         f"the same importing numpy {one['numpy_sandbox'] * 1000:.0f} ms; the rest is the tests and comparisons")
     log(f"  goal under 1 s a submission: {'met' if one['median'] < 1.0 else 'NOT met'}")
 
+    compared = bench_before_after(paths[0])
+    medians = compared["medians"]
+    log(f"one submission, before and after (median of {compared['n']} each, alternating rounds, one "
+        f"process per round):")
+    for label, seconds in medians.items():
+        log(f"  {label}: {seconds * 1000:.0f} ms")
+    before = next((v for k, v in medians.items() if k.startswith("the grader at")), None)
+    if before is None:
+        log(f"  no earlier grader measured: {compared['why']}")
+    else:
+        log(f"  ratio this grader / before: {medians['this grader'] / before:.2f}x")
+    log(f"  ratio fallback / bubblewrap: {medians['this grader, fallback'] / medians['this grader']:.2f}x")
+
     serial = bench_batch(folder, 1)
     parallel = bench_batch(folder, 2)
     speedup = serial["seconds"] / parallel["seconds"]
@@ -305,6 +382,9 @@ def main() -> int:
         f"(sandbox and interpreter start-up: {one['empty_sandbox'] / one['median'] * 100:.0f}% of one grading; "
         f"with numpy's import {one['numpy_sandbox'] / one['median'] * 100:.0f}%)")
 
+    if n_otter < 1:
+        log("otter-grader: not measured (BENCH_OTTER_N=0)")
+        return 0
     log(f"otter-grader: 'otter run' on the first {n_otter} of the same submissions")
     otter = bench_otter(paths[:n_otter], log)
     if "error" in otter:

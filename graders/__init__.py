@@ -5,7 +5,10 @@ Read top to bottom, one module per concept:
 - ``notebook``: reading a submission defensively (the answer's definitions, nothing else);
 - ``registry`` and ``exercises/``: every exercise's hidden tests, with the grader's own references;
 - ``harness``: the small program that runs inside the sandbox, and the data codec;
+- ``supervisor``: the process between the grader and the harness, which holds and ends every
+  process the submission starts;
 - ``sandbox``: bubblewrap (or the subprocess fallback), limits, and watching from outside;
+- ``transcript``: the untrusted results channel, read once;
 - ``checks``: comparisons with messages that never reveal hidden inputs or expected values;
 - ``grading``: one submission, start to end;
 - ``results``: Gradescope's results.json, atomic writes, the text report;

@@ -1,47 +1,156 @@
-"""Grading one submission, start to end: read it, run it in a sandbox, compare, report.
+"""Grading one submission, read top to bottom.
 
-1. ``notebook.extract`` keeps the definitions of the submission (or says why it cannot be read).
-2. The hidden tests of the exercise (``registry.tests``) are written to a job folder as inputs
-   only: ``spec.json`` (the calls) and ``inputs.npz`` (their arrays).
-3. One sandboxed process runs every test (``sandbox.Sandbox``); the harness sends back what each
-   call returned.  A test that hangs or kills the process loses that test only: the process is
-   relaunched for the tests after it (up to ``Limits.max_restarts`` times, within the
-   submission's time budget).
-4. Each test's ``check`` compares the returned data with the grader's own expected values, here,
-   in the grader's process.  The points of the passed tests add up to the score.
+``grade_bytes`` tells the whole story of one submission:
 
-Whatever happens, a result comes back (``grader_error`` when the grader itself failed).
+1. **read** it once (``notebook.read``: a notebook's JSON decoded and its code parsed once) and
+   choose the exercise (given, or from the notebook's metadata or the file name);
+2. **extract** the answer's definitions (``Source.extract``), or say why it cannot be read;
+3. **write the job**: the hidden tests' inputs only (``Job``: ``spec.json`` with the calls,
+   ``inputs.npz`` with their arrays), never an expected value;
+4. **run in the sandbox** (``sandbox.Sandbox``): the harness sends back what each call returned.
+   A test that hangs or kills the process loses that test only: the process is relaunched for
+   the tests after it (up to ``Limits.max_restarts`` times, within the submission's time budget);
+5. **parse the untrusted channel once**: each run's ``Transcript`` (built as the lines arrive)
+   becomes one ``Outcome`` per test: ``Returned`` data, or a ``Problem`` (a timeout, a crash, a
+   test not run);
+6. **judge** each outcome in the grader's own process with the test's ``check`` and the grader's
+   own expected values: a ``Verdict`` (passed, message, trouble);
+7. **write the result** (``results.make_result``), whatever happened: ``grader_error`` when the
+   grader itself failed.
+
+``check_file`` runs the public checks the same way (steps 1-5), with the public checks' package
+in the sandbox instead of hidden tests.
+
+Two kinds of exercise plug in at the seams above without changing the story.  An exercise whose
+function returns data that the grader must run itself (a GA-2 program for the ``ga2`` simulator)
+does so in step 6: its test's ``check`` receives the decoded data, validates it and runs it, in
+the grader's process, outside the sandbox.  An exercise whose function receives a module (a
+program builder) needs that package importable in the sandbox: ``Job.libs`` (step 3) already
+makes course packages importable there, read-only, for the public checks, and an argument that
+names a module would be decoded by the harness as an import of one of them.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
-import tempfile
+import signal
 import time
 import traceback
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import Union
 
 import numpy as np
 
 from . import registry
 from .checks import CallResult, Fail, describe
 from .harness import decode, encode
-from .notebook import MAX_FILE_BYTES, Extracted, Unreadable, extract, infer_exercise, peek
-from .registry import Ref
+from .notebook import MAX_FILE_BYTES, Extracted, Source, Unreadable, infer_exercise, read
+from .registry import Ref, Test
 from .results import make_result, test_entry
-from .sandbox import Limits, Run, Sandbox, work_folder
+from .sandbox import Limits, Run, Sandbox, describe as describe_isolation, work_folder
 
-__all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files"]
+__all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files", "Job", "Trouble",
+           "Returned", "Problem", "Verdict", "judge"]
 
-GRADER_VERSION = "1"
+GRADER_VERSION = "2"
 
 
 class UsageError(ValueError):
     """The grader was asked something it cannot do (unknown exercise, no such file...)."""
 
 
-# ------------------------------------------------------------------------------ the job folder
+# ---------------------------------------------------------------------------------- outcomes
+
+
+class Trouble(str, Enum):
+    """What went wrong with a test beyond a wrong answer; it decides the submission's status."""
+
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What the harness sent back for one test (untrusted data, judged by the test's check)."""
+
+    message: dict
+
+    @property
+    def timed_out(self) -> bool:
+        return bool(self.message.get("timeout"))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A test with no answer to judge: it timed out, the process died, or it was not run."""
+
+    text: str
+    trouble: Trouble
+
+    @property
+    def timed_out(self) -> bool:
+        return self.trouble is Trouble.TIMEOUT
+
+
+Outcome = Union[Returned, Problem]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One test judged: passed or not, the message for the learner, and any trouble."""
+
+    passed: bool
+    message: str = ""
+    trouble: Trouble | None = None
+
+
+@dataclass
+class Session:
+    """Everything the sandbox runs of one submission gave: an outcome per test that ran."""
+
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    runs: list[Run] = field(default_factory=list)
+    import_problem: Problem | None = None        # the submission could not even be loaded
+
+
+# ----------------------------------------------------------------------------------- the job
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the sandbox gets: the extracted source, the spec (limits and calls), the inputs'
+    arrays, and the course packages to make importable (read-only) next to it."""
+
+    source: str
+    spec: bytes
+    inputs: bytes = b""
+    libs: tuple[Path, ...] = ()
+
+    def write(self, folder: Path) -> None:
+        (folder / "submission.py").write_text(self.source, encoding="utf-8")
+        (folder / "spec.json").write_bytes(self.spec)
+        if self.inputs:
+            (folder / "inputs.npz").write_bytes(self.inputs)
+        folder.chmod(0o755)                 # the sandbox's own user reads it
+        for path in folder.iterdir():
+            path.chmod(0o644)
+
+
+def _spec(limits: Limits, cases: list[dict]) -> dict:
+    """The harness's spec: its limits (one CPU budget: the whole submission and its import, and
+    2 s to spare) and the cases."""
+    return {"limits": {"memory_bytes": limits.memory_bytes,
+                       "cpu_seconds": int(limits.submission_seconds + limits.import_seconds) + 2,
+                       "file_bytes": limits.tmpfs_bytes, "open_files": limits.open_files},
+            "import_timeout": limits.import_seconds,
+            "submission_timeout": limits.submission_seconds,
+            "give_up_after_timeouts": limits.give_up_after,
+            "cases": cases}
+
 
 _job_cache: dict[tuple, tuple[bytes, bytes]] = {}
 
@@ -66,49 +175,24 @@ def job_files(exercise: str, limits: Limits) -> tuple[bytes, bytes]:
             return {"$ref": [arg.call, *arg.path]}
         return encode(arg, store)
 
-    cases = []
-    for test in registry.tests(exercise):
-        cases.append({"id": test.id, "timeout": _timeout(test, limits),
-                      "calls": [{"fn": c.fn, "args": [encode_arg(a) for a in c.args],
-                                 "capture_args": c.capture_args} for c in test.calls]})
-    spec = {"limits": {"memory_bytes": limits.memory_bytes,
-                       "cpu_seconds": int(limits.submission_seconds + limits.import_seconds) + 2,
-                       "file_bytes": limits.tmpfs_bytes, "open_files": limits.open_files},
-            "import_timeout": limits.import_seconds,
-            "submission_timeout": limits.submission_seconds,
-            "give_up_after_timeouts": limits.give_up_after,
-            "cases": cases}
-    import io
+    cases = [{"id": test.id, "timeout": _timeout(test, limits),
+              "calls": [{"fn": c.fn, "args": [encode_arg(a) for a in c.args], "capture_args": c.capture_args}
+                        for c in test.calls]}
+             for test in registry.tests(exercise)]
     buf = io.BytesIO()
     if arrays:
         np.savez(buf, **arrays)
-    files = (json.dumps(spec).encode(), buf.getvalue())
+    files = (json.dumps(_spec(limits, cases)).encode(), buf.getvalue())
     _job_cache[key] = files
     return files
 
 
-def _timeout(test, limits: Limits) -> float:
+def _timeout(test: Test, limits: Limits) -> float:
     """A test's time limit: its own when it sets one, else the default of the limits."""
     return float(test.timeout if test.timeout is not None else limits.test_seconds)
 
 
-def _test_seconds(exercise: str, limits: Limits) -> dict[str, float]:
-    spec = json.loads(job_files(exercise, limits)[0])
-    return {case["id"]: float(case["timeout"]) for case in spec["cases"]}
-
-
-def _write_job(folder: Path, source: str, exercise: str, limits: Limits) -> None:
-    spec, npz = job_files(exercise, limits)
-    (folder / "submission.py").write_text(source, encoding="utf-8")
-    (folder / "spec.json").write_bytes(spec)
-    if npz:
-        (folder / "inputs.npz").write_bytes(npz)
-    folder.chmod(0o755)
-    for p in folder.iterdir():
-        p.chmod(0o644)
-
-
-# ------------------------------------------------------------------------------------ grading
+# ----------------------------------------------------------------------------- the story
 
 
 def grade_file(path, exercise: str | None = None, *, limits: Limits | None = None,
@@ -135,12 +219,133 @@ def read_submission(path) -> bytes:
         raise UsageError(f"{path} cannot be read: {err.strerror}") from None
 
 
+def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
+                limits: Limits | None = None, isolation: str = "auto", label: str | None = None) -> dict:
+    """Grade the submission ``data`` (named ``filename``) and return its result dict."""
+    limits = limits or Limits()
+    clock = time.perf_counter()
+    common = dict(submission=label or filename, sha256=hashlib.sha256(data).hexdigest())
+    source = _read(data, filename)                      # 1. read (once)
+    name, note = _resolve(source, filename, exercise)   #    and choose (a UsageError goes to the caller)
+    common["exercise"] = name
+    try:
+        common["fingerprint"] = registry.fingerprint(name)
+        return _grade(source, name, note, limits, isolation, clock, common)
+    except Exception as err:  # noqa: BLE001 - a result is always produced
+        detail = "".join(traceback.format_exception_only(type(err), err)).strip()
+        tests = []
+        try:
+            tests = [test_entry(t.name, t.points, False, "not graded: the grader failed", t.visibility)
+                     for t in registry.tests(name)]
+        except Exception:  # noqa: BLE001
+            pass
+        return make_result(tests=tests, status="grader_error", isolation="none",
+                           execution_time=time.perf_counter() - clock,
+                           output=f"The grader itself failed ({detail}); this is not your fault. "
+                                  "Please tell the course staff.",
+                           extra={"grader_traceback": traceback.format_exc()[-4000:]}, **common)
+
+
+def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Limits, isolation: str,
+           clock: float, common: dict) -> dict:
+    exercise, tests = registry.get(name), registry.tests(name)
+    try:                                                 # 2. extract
+        if isinstance(source, Unreadable):
+            raise source
+        extracted = source.extract(exercise.functions)
+    except Unreadable as err:
+        entries = [test_entry(t.name, t.points, False, f"not run: {err}", t.visibility) for t in tests]
+        return make_result(tests=entries, status="unreadable", isolation="none",
+                           execution_time=time.perf_counter() - clock,
+                           output=f"The submission could not be read: {err}. Every test scores 0.", **common)
+    notes = ([note] if note else []) + list(extracted.notes)
+    missing = set(extracted.missing(exercise.functions))
+    notes += [f"no function named '{fn}' was found: {extracted.suggestion(fn)}" for fn in sorted(missing)]
+    runnable = [t for t in tests if not ({c.fn for c in t.calls} & missing)]
+
+    sandbox, session = None, Session()
+    if runnable:                                         # 3. write the job, 4-5. run and parse
+        sandbox = Sandbox(isolation)
+        spec, inputs = job_files(name, limits)
+        session = _run_tests(sandbox, Job(extracted.source, spec, inputs), runnable, limits, clock, extracted)
+
+    verdicts = {}                                        # 6. judge
+    for test in tests:
+        if test in runnable:
+            verdicts[test.id] = judge(test, session.outcomes.get(test.id), extracted, _timeout(test, limits),
+                                      limits.memory_bytes)
+        else:
+            fns = sorted({c.fn for c in test.calls} & missing)
+            verdicts[test.id] = Verdict(False, f"not run: no function named {', '.join(repr(f) for f in fns)}")
+    entries = [test_entry(t.name, t.points, verdicts[t.id].passed, verdicts[t.id].message, t.visibility)
+               for t in tests]
+    return _result(entries, verdicts, runnable, session, sandbox, notes, extracted, limits, clock, common)
+
+
+def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extracted, limits, clock,
+            common) -> dict:
+    """7. The result: the summary, the notes, the isolation that held, what the submission printed."""
+    troubles = {v.trouble for v in verdicts.values()}
+    if not runnable:
+        status = "missing"
+    elif session.import_problem is not None:
+        status = session.import_problem.trouble.value
+        notes.insert(0, session.import_problem.text)
+    else:
+        status = next((t.value for t in (Trouble.TIMEOUT, Trouble.CRASHED) if t in troubles), "ok")
+    runs = session.runs
+    passed = sum(e["status"] == "passed" for e in entries)
+    score, total = sum(e["score"] for e in entries), sum(e["max_score"] for e in entries)
+    lines = [f"{passed} of {len(entries)} hidden tests passed: {score:g} / {total:g} points."]
+    failures: dict[str, str] = {}
+    for run in runs:
+        failures.update(run.transcript.known_import_failures(extracted.imports))
+    notes += [f"'{stmt}' failed in the grader ({why}); only numpy and Python's standard library are "
+              "available" for stmt, why in list(failures.items())[:5]]
+    lines += [f"Note: {n}" for n in notes]
+    oom = sum(r.oom_killed for r in runs)
+    if oom:
+        lines.append(f"Note: the kernel stopped {oom} of its processes for going over the memory "
+                     f"limit ({_size(limits.memory_bytes)} for all its processes together)")
+    detail, held = "", {}
+    if sandbox:
+        held = {key: all(r.held.get(key) for r in runs) for key in runs[0].held} if runs else sandbox.planned()
+        detail = describe_isolation(sandbox.mode, sandbox.why, held)
+        lines.append(f"Isolation: {detail}.")
+    printed = "".join(r.output for r in runs)
+    dropped = sum(r.output_dropped for r in runs)
+    if dropped:
+        printed += f"\n[... {dropped} more bytes of output dropped]"
+    return make_result(tests=entries, status=status, isolation=sandbox.mode if sandbox else "none",
+                       execution_time=time.perf_counter() - clock, output="\n".join(lines),
+                       submission_output=printed,
+                       extra={"isolation_detail": detail, "isolation_held": held,
+                              "grader_version": GRADER_VERSION,
+                              "runs": [{"killed": r.killed, "returncode": r.returncode,
+                                        "seconds": round(r.elapsed, 3), "cgroup": r.cgroup,
+                                        "oom_killed": r.oom_killed, "supervisor_lost": r.supervisor_lost,
+                                        "left_over": (r.ended.get("reaped") if type(r.ended.get("reaped")) is int
+                                                      else None)} for r in runs]},
+                       **common)
+
+
+# ------------------------------------------------------------------------ 1. read and choose
+
+
+def _read(data: bytes, filename: str) -> Source | Unreadable:
+    """The submission read once, or why it cannot be (said in step 2, once the exercise is known)."""
+    try:
+        return read(data, filename)
+    except Unreadable as err:
+        return err
+
+
 def resolve_exercise(data: bytes, filename: str, exercise: str | None) -> str:
     """The exercise to grade against: given, or from the notebook's metadata or the file name."""
-    return _resolve(data, filename, exercise)[0]
+    return _resolve(_read(data, filename), filename, exercise)[0]
 
 
-def _resolve(data: bytes, filename: str, exercise: str | None) -> tuple[str, str | None]:
+def _resolve(source: Source | Unreadable, filename: str, exercise: str | None) -> tuple[str, str | None]:
     """(exercise, a note for the learner or None).  When the notebook's metadata and the file name
     name different exercises, the one whose functions the submission defines wins (the metadata
     when both or neither), and the note says so."""
@@ -149,7 +354,8 @@ def _resolve(data: bytes, filename: str, exercise: str | None) -> tuple[str, str
         if exercise not in known:
             raise UsageError(f"no exercise named {exercise!r}; the grader knows: {', '.join(known)}")
         return exercise, None
-    hint, defined = peek(data, filename)
+    readable = isinstance(source, Source)
+    hint = source.exercise if readable else None
     by_meta = hint if hint in known else None
     by_name = infer_exercise(filename, None, known)
     name = by_meta or by_name
@@ -157,6 +363,8 @@ def _resolve(data: bytes, filename: str, exercise: str | None) -> tuple[str, str
         raise UsageError(f"cannot tell which exercise {filename} is for (no kvcourse metadata, and its "
                          f"name contains none of: {', '.join(known)}); pass --exercise NAME")
     if by_meta and by_name and by_meta != by_name:
+        defined = source.defined_names()
+
         def defines(ex):
             return set(registry.get(ex).functions) <= defined
         if defines(by_name) and not defines(by_meta):
@@ -168,220 +376,112 @@ def _resolve(data: bytes, filename: str, exercise: str | None) -> tuple[str, str
     return name, None
 
 
-def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
-                limits: Limits | None = None, isolation: str = "auto", label: str | None = None) -> dict:
-    """Grade the submission ``data`` (named ``filename``) and return its result dict."""
-    limits = limits or Limits()
-    start = time.perf_counter()
-    sha = hashlib.sha256(data).hexdigest()
-    label = label or filename
-    name, note = _resolve(data, filename, exercise)     # UsageError goes to the caller
-    try:
-        return _grade(data, filename, name, limits, isolation, start, sha, label, note)
-    except Exception as err:  # noqa: BLE001 - a result is always produced
-        detail = "".join(traceback.format_exception_only(type(err), err)).strip()
-        tests = []
-        try:
-            tests = [test_entry(t.name, t.points, False, "not graded: the grader failed", t.visibility)
-                     for t in registry.tests(name)]
-        except Exception:  # noqa: BLE001
-            pass
-        return make_result(exercise=name, tests=tests, status="grader_error", isolation="none",
-                           execution_time=time.perf_counter() - start,
-                           output=f"The grader itself failed ({detail}); this is not your fault. "
-                                  "Please tell the course staff.",
-                           submission=label, sha256=sha, fingerprint=registry.fingerprint(name),
-                           extra={"grader_traceback": traceback.format_exc()[-4000:]})
+# ------------------------------------------------------------------ 4-5. run, parse, outcomes
 
 
-def _grade(data, filename, name, limits, isolation, start, sha, label, note=None) -> dict:
-    exercise = registry.get(name)
-    tests = registry.tests(name)
-    fingerprint = registry.fingerprint(name)
-    common = dict(exercise=name, submission=label, sha256=sha, fingerprint=fingerprint)
-
-    try:
-        extracted = extract(data, filename, exercise.functions)
-    except Unreadable as err:
-        entries = [test_entry(t.name, t.points, False, f"not run: {err}", t.visibility) for t in tests]
-        return make_result(tests=entries, status="unreadable", isolation="none",
-                           execution_time=time.perf_counter() - start,
-                           output=f"The submission could not be read: {err}. Every test scores 0.", **common)
-
-    extracted.memory_bytes = limits.memory_bytes
-    notes = ([note] if note else []) + list(extracted.notes)
-    missing = set(extracted.missing(exercise.functions))
-    for fn in sorted(missing):
-        notes.append(f"no function named '{fn}' was found: {extracted.suggestion(fn)}")
-    runnable = [t for t in tests if not ({c.fn for c in t.calls} & missing)]
-
-    outcomes: dict[str, tuple] = {}       # test id -> ("result", message) | ("problem", text, status)
-    sandbox = None
-    runs: list[Run] = []
-    import_error = None
-    if runnable:
-        sandbox = Sandbox(isolation)
-        outcomes, runs, import_error = _run_tests(sandbox, extracted, name, runnable, limits, start)
-
-    entries = []
-    statuses = set()
-    for test in tests:
-        if test not in runnable:
-            fns = sorted({c.fn for c in test.calls} & missing)
-            entries.append(test_entry(test.name, test.points, False,
-                                      f"not run: no function named {', '.join(repr(f) for f in fns)}",
-                                      test.visibility))
-            continue
-        outcome = outcomes.get(test.id)
-        passed, message, status = _judge(test, outcome, extracted, _timeout(test, limits))
-        if status:
-            statuses.add(status)
-        entries.append(test_entry(test.name, test.points, passed, message, test.visibility))
-
-    if not runnable:
-        status = "missing"
-    elif import_error is not None:
-        status = import_error[1]
-        notes.insert(0, import_error[0])
-    elif "timeout" in statuses:
-        status = "timeout"
-    elif "crashed" in statuses:
-        status = "crashed"
-    else:
-        status = "ok"
-
-    isolation_used = sandbox.mode if sandbox else "none"
-    output_lines = []
-    passed = sum(e["status"] == "passed" for e in entries)
-    score = sum(e["score"] for e in entries)
-    total = sum(e["max_score"] for e in entries)
-    output_lines.append(f"{passed} of {len(entries)} hidden tests passed: {score:g} / {total:g} points.")
-    failures = {}
-    for run in runs:        # what the channel says is untrusted: strings only, few and short
-        for m in run.messages:
-            if m.get("t") == "import" and m.get("ok") and isinstance(m.get("import_failures"), dict):
-                failures.update({k: v[:200] for k, v in list(m["import_failures"].items())[:50]
-                                 if k in extracted.imports and isinstance(v, str)})
-    for stmt, why in list(failures.items())[:5]:
-        notes.append(f"'{stmt}' failed in the grader ({why}); only numpy and Python's standard "
-                     "library are available")
-    output_lines.extend(f"Note: {n}" for n in notes)
-    oom = sum(r.oom_killed for r in runs)
-    if oom:
-        output_lines.append(f"Note: the kernel stopped {oom} of its processes for going over the memory "
-                            f"limit ({_size(limits.memory_bytes)} for all its processes together)")
-    if sandbox:
-        output_lines.append(f"Isolation: {sandbox.description}.")
-    printed = "".join(r.output for r in runs)
-    dropped = sum(r.output_dropped for r in runs)
-    if dropped:
-        printed += f"\n[... {dropped} more bytes of output dropped]"
-    return make_result(tests=entries, status=status, isolation=isolation_used,
-                       execution_time=time.perf_counter() - start, output="\n".join(output_lines),
-                       submission_output=printed,
-                       extra={"isolation_detail": sandbox.description if sandbox else "",
-                              "grader_version": GRADER_VERSION,
-                              "runs": [{"killed": r.killed, "returncode": r.returncode,
-                                        "seconds": round(r.elapsed, 3), "cgroup": r.cgroup,
-                                        "oom_killed": r.oom_killed} for r in runs]},
-                       **common)
-
-
-def _run_tests(sandbox: Sandbox, extracted: Extracted, name: str, runnable, limits: Limits, start):
-    """Run the runnable tests, relaunching after a test that hung or killed the process."""
-    test_seconds = _test_seconds(name, limits)
-    outcomes: dict[str, tuple] = {}
-    runs: list[Run] = []
-    import_error = None
+def _run_tests(sandbox: Sandbox, job: Job, runnable: list[Test], limits: Limits, clock: float,
+               extracted: Extracted) -> Session:
+    """Run the runnable tests, relaunching after a test that hung or killed the process, and turn
+    each run's transcript into outcomes."""
+    session = Session()
+    outcomes = session.outcomes
+    test_seconds = {t.id: _timeout(t, limits) for t in runnable}
     remaining = [t.id for t in runnable]
+
+    def give_up(why: str, trouble: Trouble) -> None:
+        for tid in remaining:
+            outcomes.setdefault(tid, Problem(f"not run: {why}", trouble))
+
     folder = Path(work_folder("grader-job-"))
     try:
-        _write_job(folder, extracted.source, name, limits)
+        job.write(folder)
         while remaining:
-            left = limits.submission_seconds - (time.perf_counter() - start)
+            left = limits.submission_seconds - (time.perf_counter() - clock)
             if left <= 0.5:
-                for tid in remaining:
-                    outcomes[tid] = ("problem", f"not run: the submission used up its time budget "
-                                                f"({limits.submission_seconds:g} s)", "timeout")
+                give_up(f"the submission used up its time budget ({limits.submission_seconds:g} s)", Trouble.TIMEOUT)
                 break
-            run_limits = Limits(**{**limits.as_dict(), "submission_seconds": left})
-            run = sandbox.run(folder, run_limits, test_seconds,
-                              only=None if not runs else remaining)
-            runs.append(run)
-            imported = None
-            current = None          # a result counts only for the test that was started last,
-            for message in run.messages:   # and the last one wins (the harness writes it last)
-                kind = message.get("t")
-                if kind == "import" and imported is None:
-                    imported = message
-                elif kind == "start" and isinstance(message.get("id"), str):
-                    current = message["id"]
-                elif kind == "result" and message.get("id") == current and current in remaining:
-                    outcomes[current] = ("result", message)
-            if imported is None or not imported.get("ok"):
-                import_error = _import_problem(imported, run, extracted, limits)
-                for tid in remaining:
-                    if tid not in outcomes:
-                        outcomes[tid] = ("problem", f"not run: {import_error[0]}", import_error[1])
+            run = sandbox.run(folder, Limits(**{**limits.as_dict(), "submission_seconds": left}),
+                              test_seconds, only=remaining, libs=job.libs)
+            session.runs.append(run)
+            transcript = run.transcript
+            outcomes.update({tid: Returned(transcript.results[tid]) for tid in remaining
+                             if tid in transcript.results})
+            if not transcript.import_ok:
+                session.import_problem = _import_problem(transcript.imported, run, extracted, limits)
+                give_up(session.import_problem.text, session.import_problem.trouble)
                 break
             if run.running and run.running not in outcomes:
-                outcomes[run.running] = ("problem", *_death(run, test_seconds.get(run.running, 0), limits))
+                outcomes[run.running] = _death(run, test_seconds.get(run.running, 0), limits)
             remaining = [tid for tid in remaining if tid not in outcomes]
-            if not remaining or run.phase == "done":
-                gave_up = next((m.get("gave_up") for m in run.messages if m.get("t") == "done"), None)
-                if type(gave_up) is not int or not 0 < gave_up <= len(test_seconds):
-                    gave_up = None          # the channel is untrusted: only a plausible count is said
+            if not remaining or transcript.phase == "done":
+                gave_up = transcript.gave_up(len(test_seconds))
                 for tid in remaining:
-                    outcomes[tid] = (("problem", f"not run: the submission timed out on {gave_up} tests, so "
-                                                 "the others were skipped", "timeout") if gave_up else
-                                     ("problem", "no result came back for this test", "crashed"))
+                    outcomes[tid] = (Problem(f"not run: the submission timed out on {gave_up} tests, so the "
+                                             "others were skipped", Trouble.TIMEOUT) if gave_up else
+                                     Problem("no result came back for this test", Trouble.CRASHED))
                 break
-            timed_out = sum(1 for o in outcomes.values() if o[0] == "problem" and o[2] == "timeout") + \
-                sum(1 for o in outcomes.values() if o[0] == "result" and o[1].get("timeout"))
+            timed_out = sum(o.timed_out for o in outcomes.values())
             if limits.give_up_after and timed_out >= limits.give_up_after:
-                for tid in remaining:
-                    outcomes[tid] = ("problem", f"not run: the submission timed out on {timed_out} tests, so "
-                                                "the others were skipped", "timeout")
+                give_up(f"the submission timed out on {timed_out} tests, so the others were skipped",
+                        Trouble.TIMEOUT)
                 break
-            if run.killed in ("submission_timeout", "channel_overflow") or len(runs) > limits.max_restarts:
+            if run.killed in ("submission_timeout", "channel_overflow") or len(session.runs) > limits.max_restarts:
                 why = {"submission_timeout": f"the submission used up its time budget "
                                              f"({limits.submission_seconds:g} s)",
                        "channel_overflow": "the submission flooded the grader's results channel"
-                       }.get(run.killed, f"the submission's process ended {len(runs)} times")
-                for tid in remaining:
-                    outcomes[tid] = ("problem", f"not run: {why}",
-                                     "timeout" if run.killed == "submission_timeout" else "crashed")
+                       }.get(run.killed, f"the submission's process ended {len(session.runs)} times")
+                give_up(why, Trouble.TIMEOUT if run.killed == "submission_timeout" else Trouble.CRASHED)
                 break
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    return outcomes, runs, import_error
+    return session
 
 
-def _death(run: Run, seconds: float, limits: Limits) -> tuple[str, str]:
+def _death(run: Run, seconds: float, limits: Limits) -> Problem:
     """What to say about the test that was running when the process ended or was killed."""
     if run.killed == "test_timeout":
-        return (f"took longer than {seconds:g} s (the time limit of this test); is there an infinite loop?",
-                "timeout")
+        return Problem(f"took longer than {seconds:g} s (the time limit of this test); is there an infinite "
+                       "loop?", Trouble.TIMEOUT)
     if run.killed == "submission_timeout":
-        return (f"the submission used up its time budget ({limits.submission_seconds:g} s) during this test",
-                "timeout")
+        return Problem(f"the submission used up its time budget ({limits.submission_seconds:g} s) during this "
+                       "test", Trouble.TIMEOUT)
     if run.killed == "channel_overflow":
-        return "the submission flooded the grader's results channel during this test", "crashed"
+        return Problem("the submission flooded the grader's results channel during this test", Trouble.CRASHED)
     if run.oom_killed:
-        return (f"ran out of memory during this test: its processes went over the limit of "
-                f"{_size(limits.memory_bytes)} together, and the kernel stopped them"), "crashed"
-    return f"the submission's process ended during this test ({_exit_text(run.returncode)})", "crashed"
+        return Problem(f"ran out of memory during this test: its processes went over the limit of "
+                       f"{_size(limits.memory_bytes)} together, and the kernel stopped them", Trouble.CRASHED)
+    if run.supervisor_lost:
+        return Problem("the submission's process ended during this test: the process that runs it (its "
+                       "parent) was killed, so it was stopped too", Trouble.CRASHED)
+    return Problem(f"the submission's process ended during this test ({_exit_text(run.returncode)})",
+                   Trouble.CRASHED)
+
+
+def _import_problem(message: dict | None, run: Run, extracted: Extracted, limits: Limits) -> Problem:
+    if message is None:
+        if run.killed == "import_timeout":
+            return Problem(f"loading the submission took longer than {limits.import_seconds:g} s "
+                           "(an infinite loop at import?)", Trouble.TIMEOUT)
+        if run.killed == "submission_timeout":
+            return Problem(f"the submission used up its time budget ({limits.submission_seconds:g} s)",
+                           Trouble.TIMEOUT)
+        return Problem(f"the submission's process ended while loading ({_exit_text(run.returncode)})",
+                       Trouble.CRASHED)
+    if message.get("timeout"):
+        return Problem(f"loading the submission took longer than {limits.import_seconds:g} s "
+                       "(an infinite loop at import?)", Trouble.TIMEOUT)
+    return Problem(f"loading the submission failed: "
+                   f"{_error_text(message.get('error'), extracted, limits.memory_bytes)}", Trouble.CRASHED)
 
 
 def _exit_text(code) -> str:
-    import signal as _signal
     if code is None:
         return "no exit status"
-    if 128 < code < 128 + 65:           # bubblewrap reports a signal's death as 128 + signal
+    if 128 < code < 128 + 65:           # the supervisor reports a signal's death as 128 + signal
         code = 128 - code
     if code < 0:
         try:
-            name = _signal.Signals(-code).name
+            name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
         extra = {"SIGKILL": "; killed: out of memory, or the submission killed itself",
@@ -392,21 +492,66 @@ def _exit_text(code) -> str:
         else f"exit status {code}"
 
 
-def _import_problem(message, run: Run, extracted: Extracted, limits: Limits) -> tuple[str, str]:
-    if message is None:
-        if run.killed == "import_timeout":
-            return (f"loading the submission took longer than {limits.import_seconds:g} s "
-                    "(an infinite loop at import?)", "timeout")
-        if run.killed == "submission_timeout":
-            return f"the submission used up its time budget ({limits.submission_seconds:g} s)", "timeout"
-        return f"the submission's process ended while loading ({_exit_text(run.returncode)})", "crashed"
+# ----------------------------------------------------------------------------------- 6. judge
+
+
+def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: float,
+          memory_bytes: int = 2 << 30) -> Verdict:
+    """One test's verdict from what came back: the harness's data checked by the test's check
+    (in this process, against the grader's own expected values), or the problem it had."""
+    if outcome is None:
+        return Verdict(False, "no result came back for this test", Trouble.CRASHED)
+    if isinstance(outcome, Problem):
+        return Verdict(False, outcome.text, outcome.trouble)
+    message = outcome.message
+    calls = message.get("calls")
+    if not isinstance(calls, list):
+        return Verdict(False, "the result of this test could not be read", Trouble.CRASHED)
+    n = len(test.calls)
+
+    def prefix(k):
+        return f"{test.step} {k + 1} of {n}: " if n > 1 else ""
+
+    results = []
+    for k, entry in enumerate(calls[:n]):
+        if not isinstance(entry, dict):
+            return Verdict(False, prefix(k) + "the result could not be read")
+        fn = test.calls[k].fn
+        if not entry.get("ok"):
+            return Verdict(False, prefix(k) + f"{fn} {_raised(entry.get('error'), extracted, memory_bytes)}")
+        try:
+            value = decode(entry.get("value"))
+            after = decode(entry["args_after"]) if "args_after" in entry else None
+            originals = decode(entry["originals_after"]) if "originals_after" in entry else None
+        except Exception:  # noqa: BLE001 - malformed data is a wrong answer, not a grader crash
+            return Verdict(False, prefix(k) + f"what {fn} returned could not be read as data")
+        results.append(CallResult(value, list(after) if isinstance(after, (list, tuple)) else None,
+                                  list(originals) if isinstance(originals, (list, tuple)) else None,
+                                  _seconds(entry.get("seconds"))))
     if message.get("timeout"):
-        return (f"loading the submission took longer than {limits.import_seconds:g} s "
-                "(an infinite loop at import?)", "timeout")
-    return f"loading the submission failed: {_error_text(message.get('error'), extracted)}", "crashed"
+        return Verdict(False, prefix(len(results)) + f"took longer than {seconds:g} s (the time limit of this "
+                                                     "test); is there an infinite loop?", Trouble.TIMEOUT)
+    if message.get("error"):
+        return Verdict(False, prefix(len(results)) + _error_text(message.get("error"), extracted, memory_bytes))
+    if len(results) < n:
+        return Verdict(False, prefix(len(results)) + "no result came back", Trouble.CRASHED)
+    try:
+        test.check(results)
+    except Fail as fail:
+        return Verdict(False, str(fail))
+    except Exception as err:  # noqa: BLE001 - an unexpected form of answer
+        value = results[-1].value if results else None
+        return Verdict(False, f"the answer has an unexpected form ({describe(value)}) and could not be checked "
+                              f"[{type(err).__name__}]")
+    return Verdict(True)
 
 
-def _error_text(error, extracted: Extracted, fn: str | None = None) -> str:
+def _seconds(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _error_text(error, extracted: Extracted, memory_bytes: int = 2 << 30) -> str:
+    """What an exception in the submission (as the harness described it: untrusted) means."""
     if not isinstance(error, dict):
         return "an error"
     kind = str(error.get("type", "Exception"))[:80]
@@ -423,14 +568,19 @@ def _error_text(error, extracted: Extracted, fn: str | None = None) -> str:
         return (f"is not implemented yet: it raises NotImplementedError{f' at {where}' if where else ''}; "
                 "write your answer in the starter cell")
     if kind == "MemoryError":
-        return f"ran out of memory{loc} (the limit is {_gib(extracted)} per submission)"
+        return f"ran out of memory{loc} (the limit is {_size(memory_bytes)} per submission)"
     if kind == "InputError":
         return text
     return f"{kind}: {text}{loc}" if text else f"{kind}{loc}"
 
 
-def _gib(extracted) -> str:
-    return _size(getattr(extracted, "memory_bytes", 2 << 30))
+def _raised(error, extracted: Extracted, memory_bytes: int) -> str:
+    text = _error_text(error, extracted, memory_bytes)
+    if text.startswith(("called sys.exit", "ran out of memory", "is not implemented yet")):
+        return text
+    if isinstance(error, dict) and error.get("type") == "NameError" and "is not a function" in str(error.get("message")):
+        return "is not a function in the submission"
+    return f"raised {text}"
 
 
 def _size(n: int) -> str:
@@ -438,69 +588,6 @@ def _size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n} bytes"
-
-
-def _judge(test, outcome, extracted: Extracted, seconds: float) -> tuple[bool, str, str | None]:
-    """(passed, message, status) of one test from what came back."""
-    if outcome is None:
-        return False, "no result came back for this test", "crashed"
-    if outcome[0] == "problem":
-        return False, outcome[1], outcome[2]
-    message = outcome[1]
-    calls = message.get("calls")
-    if not isinstance(calls, list):
-        return False, "the result of this test could not be read", "crashed"
-    n = len(test.calls)
-
-    def prefix(k):
-        return f"{test.step} {k + 1} of {n}: " if n > 1 else ""
-
-    results = []
-    for k, entry in enumerate(calls[:n]):
-        if not isinstance(entry, dict):
-            return False, prefix(k) + "the result could not be read", None
-        fn = test.calls[k].fn
-        if not entry.get("ok"):
-            return False, prefix(k) + f"{fn} {_raised(entry.get('error'), extracted)}", None
-        try:
-            value = decode(entry.get("value"))
-            after = decode(entry["args_after"]) if "args_after" in entry else None
-            originals = decode(entry["originals_after"]) if "originals_after" in entry else None
-        except Exception:  # noqa: BLE001 - malformed data is a wrong answer, not a grader crash
-            return False, prefix(k) + f"what {fn} returned could not be read as data", None
-        results.append(CallResult(value, list(after) if isinstance(after, (list, tuple)) else None,
-                                  list(originals) if isinstance(originals, (list, tuple)) else None,
-                                  _seconds(entry.get("seconds"))))
-    if message.get("timeout"):
-        k = len(results)
-        return False, prefix(k) + (f"took longer than {seconds:g} s (the time limit of this test); "
-                                   "is there an infinite loop?"), "timeout"
-    if message.get("error"):
-        return False, prefix(len(results)) + _error_text(message.get("error"), extracted), None
-    if len(results) < n:
-        return False, prefix(len(results)) + "no result came back", "crashed"
-    try:
-        test.check(results)
-    except Fail as fail:
-        return False, str(fail), None
-    except Exception as err:  # noqa: BLE001 - an unexpected form of answer
-        value = results[-1].value if results else None
-        return False, (f"the answer has an unexpected form ({describe(value)}) and could not be checked "
-                       f"[{type(err).__name__}]"), None
-    return True, "", None
-
-
-def _seconds(value) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-def _raised(error, extracted) -> str:
-    text = _error_text(error, extracted)
-    if text.startswith(("called sys.exit", "ran out of memory", "is not implemented yet")):
-        return text
-    if isinstance(error, dict) and error.get("type") == "NameError" and "is not a function" in str(error.get("message")):
-        return "is not a function in the submission"
-    return f"raised {text}"
 
 
 # ------------------------------------------------------------------------------------- check
@@ -516,14 +603,17 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     data = read_submission(path)
-    name = resolve_exercise(data, path.name, exercise)
+    source = _read(data, path.name)
+    name = _resolve(source, path.name, exercise)[0]
     checks_dir = Path(public_checks.__file__).resolve().parent
     if not (checks_dir / f"{name}.py").exists():
         return {"exercise": name, "outcomes": [], "isolation": "none",
                 "problem": f"there are no public checks for {name} yet (public_checks/{name}.py)"}
     functions = registry.get(name).functions
     try:
-        extracted = extract(data, path.name, functions)
+        if isinstance(source, Unreadable):
+            raise source
+        extracted = source.extract(functions)
     except Unreadable as err:
         return {"exercise": name, "outcomes": [], "isolation": "none", "problem": str(err)}
     missing = extracted.missing(functions)
@@ -531,32 +621,26 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
         return {"exercise": name, "outcomes": [], "isolation": "none",
                 "problem": f"no function named '{missing[0]}' was found: {extracted.suggestion(missing[0])}"}
     sandbox = Sandbox(isolation)
+    job = Job(extracted.source, json.dumps(_spec(limits, [])).encode(), libs=(checks_dir,))
     folder = Path(work_folder("grader-check-"))
     try:
-        (folder / "submission.py").write_text(extracted.source, encoding="utf-8")
-        (folder / "spec.json").write_text(json.dumps({
-            "limits": {"memory_bytes": limits.memory_bytes, "file_bytes": limits.tmpfs_bytes,
-                       "open_files": limits.open_files, "cpu_seconds": int(limits.submission_seconds) + 2},
-            "import_timeout": limits.import_seconds, "submission_timeout": limits.submission_seconds,
-            "cases": []}))
-        folder.chmod(0o755)
-        for p in folder.iterdir():
-            p.chmod(0o644)
-        run = sandbox.run(folder, limits, {}, public=name, public_checks=checks_dir)
+        job.write(folder)
+        run = sandbox.run(folder, limits, {}, public=name, libs=job.libs)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     out = {"exercise": name, "outcomes": [], "isolation": sandbox.mode, "problem": None,
            "printed": run.output}
-    imported = next((m for m in run.messages if m.get("t") == "import"), None)
-    public = next((m for m in run.messages if m.get("t") == "public"), None)
-    if imported is None or not imported.get("ok"):
-        out["problem"] = _import_problem(imported, run, extracted, limits)[0]
+    transcript = run.transcript
+    public = transcript.public()
+    if not transcript.import_ok:
+        out["problem"] = _import_problem(transcript.imported, run, extracted, limits).text
     elif public is None or public.get("timeout"):
         out["problem"] = (f"the public checks did not finish within {limits.submission_seconds:g} s"
                           if (public or {}).get("timeout") or run.killed
                           else f"the submission's process ended during the checks ({_exit_text(run.returncode)})")
     elif public.get("error"):
-        out["problem"] = "the public checks could not run: " + _error_text(public["error"], extracted)
+        out["problem"] = "the public checks could not run: " + _error_text(public["error"], extracted,
+                                                                          limits.memory_bytes)
     else:
         for o in public.get("outcomes") or []:
             if isinstance(o, dict) and o.get("status") in ("passed", "failed", "not implemented"):

@@ -5,7 +5,9 @@ stealing: it imports the submission, calls the functions an exercise asks for on
 was handed, and sends back what they returned, as plain data.  Expected values, pass/fail and
 scores never exist in this process; the grader compares the outputs in its own process.
 
-Run as ``python -I -B harness.py IN_DIR --channel-fd N [--only ID,ID] [--public NAME]``:
+The supervisor (``supervisor.py``) loads this file and calls ``main`` in the process it forks,
+after dropping that process's privileges: ``main([harness.py, IN_DIR, "--channel-fd", N,
+"--site", DIRS, [--lib DIRS] [--nproc N] [--only ID,ID] [--public NAME]])``, where
 
 - ``IN_DIR/submission.py``: the source the grader extracted from the submission;
 - ``IN_DIR/spec.json``: the limits, and the cases: ``{"id", "timeout", "calls": [{"fn", "args",
@@ -352,24 +354,9 @@ def _run_case(case: dict, module, arrays, filename: str) -> dict:
         return {"calls": results, "error": _error(err, filename)}
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel to kill this process when the grader goes away (the fallback's safety net;
-    bubblewrap's --die-with-parent does it for the sandbox)."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)      # PR_SET_PDEATHSIG
-        if os.getppid() == 1 and os.getpid() != 2:
-            os._exit(1)                             # the parent is already gone
-    except Exception:  # noqa: BLE001 - not Linux, or no ctypes: the grader still kills by group
-        pass
-
-
 def main(argv: list[str]) -> None:
     in_dir = argv[1]
     opts = dict(zip(argv[2::2], argv[3::2]))
-    if "--pdeathsig" in opts:      # the fallback (bubblewrap's --die-with-parent covers the rest)
-        _die_with_parent()
     channel = Channel(int(opts["--channel-fd"]))
     try:
         os.set_inheritable(channel.fd, False)   # children the submission execs do not get it
@@ -380,8 +367,8 @@ def main(argv: list[str]) -> None:
     _apply_limits({**spec.get("limits", {}), "processes": int(opts.get("--nproc", 0))})
     # -S: no site module, so no .pth file runs; the packages' folders are given explicitly.
     sys.path[:0] = [p for p in opts.get("--site", "").split(os.pathsep) if p]
-    if opts.get("--lib"):
-        sys.path.insert(0, opts["--lib"])
+    if opts.get("--lib"):         # course packages a job needs (the public checks), read-only
+        sys.path[:0] = [p for p in opts["--lib"].split(os.pathsep) if p]
     only = set(filter(None, opts.get("--only", "").split(",")))
     channel.send({"t": "hello", "pid": os.getpid()})
 

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Unreadable", "Extracted", "extract", "extract_file", "infer_exercise", "peek"]
+__all__ = ["Unreadable", "Extracted", "Source", "read", "extract", "extract_file", "infer_exercise", "peek"]
 
 # Modules the course's notebooks import that are never needed by an answer: dropped silently.
 DROPPED_IMPORTS = {"public_checks"}
@@ -60,7 +60,6 @@ class Extracted:
     kind: str = "notebook"
     imports: set[str] = field(default_factory=set)   # the import statements wrapped, as reported
     guarded: dict[str, str] = field(default_factory=dict)  # defined only under `if __name__ == "__main__":`
-    memory_bytes: int = 2 << 30      # the memory limit it runs with (for the feedback; set by the grader)
 
     def locate(self, line: int | None) -> str | None:
         """Where line ``line`` of ``source`` came from, in the learner's terms."""
@@ -106,6 +105,52 @@ def extract_file(path, functions=()) -> Extracted:
 
 def extract(data: bytes, filename: str, functions=()) -> Extracted:
     """Extract the answer from the bytes of a submission called ``filename``."""
+    return read(data, filename).extract(functions)
+
+
+@dataclass
+class Source:
+    """A submission read once: its code cells in order (label, text), the exercise its notebook
+    metadata names, and its kind (``notebook`` or ``python``).  The code is parsed once, on first
+    use, for both choosing the exercise (``defined_names``) and extracting the answer."""
+
+    cells: list[tuple[str, str]]
+    exercise: str | None = None
+    kind: str = "notebook"
+    _parsed: tuple | None = field(default=None, repr=False)
+
+    def statements(self) -> tuple[list, list[str]]:
+        """([(cell label, top-level statement, its lines, first line number)], notes), parsed once.
+        Raises ``Unreadable`` when there is more code than the grader reads."""
+        if self._parsed is None:
+            self._parsed = _parse_cells(self.cells)
+        if isinstance(self._parsed, Unreadable):
+            raise self._parsed
+        return self._parsed
+
+    def defined_names(self) -> set[str]:
+        """The names its top-level statements bind (definitions, imports, assignments): which
+        exercise's functions it defines.  Never raises."""
+        try:
+            statements, _ = self.statements()
+        except Unreadable:
+            return set()
+        names = set()
+        for _, node, _, _ in statements:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)):
+                names.update(_bound_names(node))
+        return names
+
+    def extract(self, functions=()) -> Extracted:
+        statements, notes = self.statements()
+        return _extract_statements(statements, list(notes), set(functions), self.exercise, self.kind)
+
+
+def read(data: bytes, filename: str) -> Source:
+    """The bytes of a submission called ``filename`` as a ``Source`` (the JSON of a notebook is
+    decoded here, once); ``Unreadable`` with a message for the learner when it cannot be."""
     if not data.strip():
         raise Unreadable(f"{filename} is empty")
     if len(data) > MAX_FILE_BYTES:
@@ -121,8 +166,8 @@ def extract(data: bytes, filename: str, functions=()) -> Extracted:
         text.lstrip().startswith("{") and '"cells"' in text[:100_000])
     if is_notebook:
         cells, exercise = _notebook_cells(text, filename)
-        return _extract_cells(cells, set(functions), exercise, kind="notebook")
-    return _extract_cells([("", text)], set(functions), None, kind="python")
+        return Source(cells, exercise, "notebook")
+    return Source([("", text)], None, "python")
 
 
 def _notebook_cells(text: str, filename: str) -> tuple[list[tuple[str, str]], str | None]:
@@ -162,7 +207,7 @@ def _notebook_cells(text: str, filename: str) -> tuple[list[tuple[str, str]], st
 # ----------------------------------------------------------------------------------- filtering
 
 
-def _clean_lines(label: str, source: str, notes: list[str]) -> list[str] | None:
+def _clean_lines(source: str) -> list[str] | None:
     """The cell's lines with magics and shell lines blanked (kept as blank lines so that line
     numbers still match the learner's cell).  None when the whole cell is not Python."""
     lines = source.splitlines()
@@ -282,8 +327,22 @@ def _all_names(target) -> bool:
                for n in ast.walk(target))
 
 
-def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted:
+def _parse_cells(cells) -> tuple[list, list[str]] | Unreadable:
+    """Every cell's top-level statements, magics dropped, broken cells read statement by statement."""
     notes: list[str] = []
+    cleaned = [(label, _clean_lines(source)) for label, source in cells]
+    size = sum(len(line) + 1 for _, lines in cleaned if lines for line in lines)
+    if size > MAX_CODE_CHARS:
+        return Unreadable(f"the submission has {size / 1e6:.1f} MB of code; the grader reads up to "
+                          f"{MAX_CODE_CHARS / 1e6:.0f} MB (is there data pasted into a cell? load it "
+                          "from a file instead)")
+    statements = [(label, node, seg, first) for label, lines in cleaned if lines is not None
+                  for node, seg, first in _statements(label, lines, notes)]
+    return statements, notes
+
+
+def _extract_statements(statements, notes: list[str], functions: set[str], exercise, kind: str) -> Extracted:
+    """Keep what defines the answer (see the module's docstring), in order."""
     out_lines: list[str] = ["__grader_import_failures__ = {}"]
     origins: list[tuple[str, int]] = [("", 0)]
     definitions: dict[str, str] = {}
@@ -297,61 +356,52 @@ def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted
             out_lines.append(line)
             origins.append((label, first + k))
 
-    cleaned = [(label, _clean_lines(label, source, notes)) for label, source in cells]
-    size = sum(len(line) + 1 for _, lines in cleaned if lines for line in lines)
-    if size > MAX_CODE_CHARS:
-        raise Unreadable(f"the submission has {size / 1e6:.1f} MB of code; the grader reads up to "
-                         f"{MAX_CODE_CHARS / 1e6:.0f} MB (is there data pasted into a cell? load it "
-                         "from a file instead)")
-    for label, lines in cleaned:
-        if lines is None:
+    for label, node, seg, first in statements:
+        where = f"{label}, line {first}" if label else f"line {first}"
+        if _is_main_guard(node):
+            for sub in node.body:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                                    ast.AnnAssign)):
+                    line = first + sub.lineno - node.lineno
+                    for n in _bound_names(sub):
+                        guarded[n] = f"{label}, line {line}" if label else f"line {line}"
             continue
-        for node, seg, first in _statements(label, lines, notes):
-            where = f"{label}, line {first}" if label else f"line {first}"
-            if _is_main_guard(node):
-                for sub in node.body:
-                    if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
-                                        ast.AnnAssign)):
-                        line = first + sub.lineno - node.lineno
-                        for n in _bound_names(sub):
-                            guarded[n] = f"{label}, line {line}" if label else f"line {line}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names]
+            top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else None
+            tops = [top] if top is not None else [n.split(".")[0] for n in names]
+            if isinstance(node, ast.ImportFrom) and node.level:
+                continue  # relative imports mean nothing here
+            if all(t in DROPPED_IMPORTS for t in tops):
                 continue
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                names = [a.name for a in node.names]
-                top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else None
-                tops = [top] if top is not None else [n.split(".")[0] for n in names]
-                if isinstance(node, ast.ImportFrom) and node.level:
-                    continue  # relative imports mean nothing here
-                if all(t in DROPPED_IMPORTS for t in tops):
-                    continue
-                bound = [a.asname or (a.name.split(".")[0] if isinstance(node, ast.Import) else a.name)
-                         for a in node.names]
-                modules.update(b for b in bound if b != "*")
-                text = " ".join(l.strip() for l in seg)[:120]
-                imports.add(text)
-                emit(["try:"], label, first)
-                emit(["    " + l for l in seg], label, first)
-                emit(["except ImportError as __grader_err:",
-                      f"    __grader_import_failures__[{text!r}] = str(__grader_err)"], label, first)
-                kept += 1
-                for b in bound:
-                    if b != "*":
-                        definitions[b] = where
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                emit(seg, label, first)
-                definitions[node.name] = where
-                kept += 1
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if not all(_all_names(t) for t in targets):
-                    continue
-                names = _bound_names(node)
-                if not (set(names) & functions) and not _simple_value(node.value, modules):
-                    continue
-                emit(seg, label, first)
-                for n in names:
-                    definitions[n] = where
-                kept += 1
+            bound = [a.asname or (a.name.split(".")[0] if isinstance(node, ast.Import) else a.name)
+                     for a in node.names]
+            modules.update(b for b in bound if b != "*")
+            text = " ".join(l.strip() for l in seg)[:120]
+            imports.add(text)
+            emit(["try:"], label, first)
+            emit(["    " + l for l in seg], label, first)
+            emit(["except ImportError as __grader_err:",
+                  f"    __grader_import_failures__[{text!r}] = str(__grader_err)"], label, first)
+            kept += 1
+            for b in bound:
+                if b != "*":
+                    definitions[b] = where
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            emit(seg, label, first)
+            definitions[node.name] = where
+            kept += 1
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not all(_all_names(t) for t in targets):
+                continue
+            names = _bound_names(node)
+            if not (set(names) & functions) and not _simple_value(node.value, modules):
+                continue
+            emit(seg, label, first)
+            for n in names:
+                definitions[n] = where
+            kept += 1
     if kept == 0 and not definitions:
         notes.append("no function definitions were found")
     guarded = {n: w for n, w in guarded.items() if n not in definitions}
@@ -361,25 +411,14 @@ def _extract_cells(cells, functions: set[str], exercise, kind: str) -> Extracted
 
 # ---------------------------------------------------------------------------------- exercise
 
-_TOP_LEVEL_NAME = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)|^(\w+)\s*(?::[^=]*)?=(?!=)", re.M)
-
-
 def peek(data: bytes, filename: str) -> tuple[str | None, set[str]]:
     """(the exercise the notebook's metadata names, the names defined at the top level of its
-    code), cheaply (no parsing of the code), to choose the exercise; never raises."""
+    code); never raises (an unreadable submission peeks as nothing)."""
     try:
-        if not data.strip() or len(data) > MAX_FILE_BYTES or b"\x00" in data[:8192]:
-            return None, set()
-        text = data.decode("utf-8-sig")
-        exercise = None
-        if filename.lower().endswith(".ipynb") or (text.lstrip().startswith("{") and '"cells"' in text[:100_000]):
-            cells, exercise = _notebook_cells(text, filename)
-            text = "\n".join(source for _, source in cells)
-        names = {m.group(1) or m.group(2) for m in _TOP_LEVEL_NAME.finditer(text[: 4 * MAX_CODE_CHARS])}
-        return exercise, names
-    except Exception:  # noqa: BLE001 - unreadable: the grade itself will say why
+        source = read(data, filename)
+    except Unreadable:
         return None, set()
-
+    return source.exercise, source.defined_names()
 
 
 def infer_exercise(filename: str, metadata_name: str | None, known) -> str | None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Ref", "Call", "Test", "Exercise", "names", "get", "tests", "fingerprint", "UnknownExercise"]
+__all__ = ["Ref", "Call", "Test", "Exercise", "names", "get", "tests", "fingerprint", "grader_files",
+           "UnknownExercise"]
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
@@ -79,15 +80,17 @@ class UnknownExercise(KeyError):
         return str(self.args[0])
 
 
-def _package_dir() -> Path:
-    return Path(__file__).resolve().parent / "exercises"
+PACKAGE = Path(__file__).resolve().parent       # the graders package (``fingerprint`` reads it)
+
+
+def _exercise_names(folder: Path) -> list[str]:
+    return sorted(m.name for m in pkgutil.iter_modules([str(folder)]) if not m.name.startswith("_"))
 
 
 @functools.lru_cache(maxsize=None)
 def names() -> tuple[str, ...]:
     """The exercises the grader knows, in name order."""
-    return tuple(sorted(m.name for m in pkgutil.iter_modules([str(_package_dir())])
-                        if not m.name.startswith("_")))
+    return tuple(_exercise_names(Path(__file__).resolve().parent / "exercises"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -117,14 +120,27 @@ def tests(name: str) -> list[Test]:
         return _tests_cache[name]
 
 
+def grader_files(name: str, package: Path | None = None) -> list[Path]:
+    """Every file whose content can change a grade of ``name``: every module of the grader
+    (``graders/**/*.py``, the sandbox, the harness, the supervisor, the checks, the results...),
+    so that a helper module added tomorrow counts from the day it is added, except the other
+    exercises' own modules (a change to one exercise's hidden tests does not regrade another's)."""
+    package = package or PACKAGE
+    exercises = package / "exercises"
+    others = {exercises / f"{other}.py" for other in _exercise_names(exercises) if other != name}
+    return sorted(path for path in package.rglob("*.py")
+                  if path not in others and "__pycache__" not in path.parts)
+
+
 @functools.lru_cache(maxsize=None)
 def fingerprint(name: str) -> str:
-    """A hash of everything that decides a grade for ``name``: its hidden tests' module and the
-    grader's own modules.  A batch regrades a submission when this changes."""
-    here = Path(__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in [here / "exercises" / f"{name}.py", here / "checks.py", here / "grading.py",
-                 here / "harness.py", here / "notebook.py", here / "sandbox.py"]:
-        if path.exists():
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    """A hash of everything that decides a grade for ``name``: the grader's files
+    (``grader_files``), and the versions of Python and numpy that run the submission and compute
+    the expected values.  A batch regrades a submission when this changes."""
+    import sys
+
+    import numpy
+    digest = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]} numpy {numpy.__version__}\0".encode())
+    for path in grader_files(name):
+        digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]

@@ -1,15 +1,20 @@
 """Running a submission in a throw-away sandbox, and watching it from outside.
 
+Whatever the isolation, the grader is never the submission's parent: it starts the supervisor
+(``supervisor.py``), which forks the harness, which loads the submission.  The supervisor holds
+every process the submission starts below itself, and kills them all when the harness ends (see
+its docstring); the grader writes a result whatever happens to the processes below it.
+
 With bubblewrap (``bwrap``, Debian's ``bubblewrap``) the submission gets:
 
 - its own PID, network, IPC and UTS namespaces: no network at all (not even the host's
-  loopback), no view of any process outside (``/proc`` is its own), and every process it starts
-  dies when the sandbox does (``--die-with-parent``; PID 1 of the namespace exits with the
-  harness, which takes the whole namespace with it);
+  loopback), no view of any process outside (``/proc`` is its own); the supervisor is the
+  namespace's PID 1 (``--as-pid-1``), which nothing inside can kill, and when it exits the kernel
+  kills every process of the namespace;
 - a file system made of read-only binds of ``/usr`` (with ``/bin``, ``/lib``...), a few
   ``/etc/ld.so*`` files, the Python installation and the virtual environment's packages, the job
-  folder (``/sandbox/in``: the extracted source and the inputs) and the harness: the course
-  checkout, ``solutions/``, ``graders/`` and the rest of the machine are not there;
+  folder (``/sandbox/in``: the extracted source and the inputs), the supervisor and the harness:
+  the course checkout, ``solutions/``, ``graders/`` and the rest of the machine are not there;
 - a private ``/tmp`` and a ``/scratch`` working folder, both size-capped tmpfs, as the only
   writable places; nothing it writes outlives it;
 - when the grader runs as root, a user id of its own (a random one, never a real user) with no
@@ -18,16 +23,26 @@ With bubblewrap (``bwrap``, Debian's ``bubblewrap``) the submission gets:
 - resource limits set before its code runs: address space (2 GiB by default), CPU time, file
   size, open files, processes; and a clean environment.
 
-Without bubblewrap (or when it cannot start here) the fallback is a plain subprocess: the same
-limits, a new session killed as a group, the same separate user id when root (so the grader
-cannot be signalled, and every process of that user is killed afterwards), but the submission
-can read what that user can read and reach the network.  ``Run.isolation`` says which was used,
-and the results say so.
+Without bubblewrap (``isolation="subprocess"``, or ``auto`` where it cannot run) the fallback
+uses what the kernel gives the grader's user:
+
+- with util-linux's ``unshare`` (and, for a user other than root, user namespaces): the same PID,
+  network, IPC, UTS and mount namespaces, the supervisor as PID 1, and a file system like
+  bubblewrap's, made by the supervisor in its mount namespace (``supervisor.build_view``);
+- without them, the supervisor is a child subreaper (``PR_SET_CHILD_SUBREAPER``): orphans come
+  back to it, even from a new session, and it kills them; as a last resort the grader also sweeps
+  by user id, session and an environment token.  Here the submission shares the machine's file
+  system and network, and, unless it has a user id of its own, could signal the grader.
+
+In both, when the grader is root, the submission runs as a user id of its own, and where the
+machine lets the grader make a cgroup, all its processes share one memory limit and one process
+count, and whatever is left in the cgroup is killed at the end.  ``Run.held`` says which of these
+held in a run, and ``describe`` turns that into the results' ``isolation_detail``.
 
 The grader watches from outside: a wall-clock limit for start-up and import, one for each test
-(renewed by the harness's ``start`` messages) and one for the whole submission; output to
-stdout/stderr is drained and capped; the results channel is capped too.  Results never come
-from stdout: only JSON lines on the channel are read, and they are only data to compare.
+(the harness's ``start`` messages, through ``Transcript``) and one for the whole submission;
+output to stdout/stderr is drained and capped; the results channel is capped too.  Results never
+come from stdout: only JSON lines on the channel are read, and they are only data to compare.
 """
 from __future__ import annotations
 
@@ -45,11 +60,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "Run", "Sandbox", "SandboxUnavailable", "HARNESS", "bwrap_status", "kill_all"]
+from . import supervisor as _supervisor
+from .transcript import MAX_LINE, Transcript
 
-HARNESS = Path(__file__).resolve().parent / "harness.py"
+__all__ = ["Limits", "Run", "Sandbox", "SandboxUnavailable", "HARNESS", "SUPERVISOR", "bwrap_status",
+           "namespaces_status", "kill_all", "describe"]
+
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE / "harness.py"
+SUPERVISOR = HERE / "supervisor.py"
 GRACE = 1.0           # seconds the grader waits beyond the harness's own timer before killing
-MAX_LINE = 24 << 20   # the longest message line read from the channel
+STOP_SECONDS = 4.0    # how long a supervisor asked to stop (SIGTERM) may take to kill and reap
+REPORT_BYTES = 1 << 16
+WORKDIR = "/tmp/scratch"       # the fallback's working folder, in its private /tmp
+# Starts the supervisor from its file, by the import machinery (a script is compiled every time;
+# an imported module's compiled form is reused): ``python -c BOOT SUPERVISOR.py OPTIONS...``.
+BOOT = ("import importlib.util as u, sys; s = u.spec_from_file_location('supervisor', sys.argv[1]); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")
 
 
 @dataclass
@@ -72,22 +99,41 @@ class Limits:
         return dict(self.__dict__)
 
 
+# What can hold in a run, in the order ``describe`` names them.
+PROTECTIONS = ("supervisor", "pid_namespace", "subreaper", "own_user", "cgroup", "no_network", "file_view")
+
+
 @dataclass
 class Run:
     """What happened in one sandboxed run: only data, nothing the submission can turn into a grade."""
 
-    messages: list[dict] = field(default_factory=list)
+    transcript: Transcript = field(default_factory=Transcript)
     output: str = ""                     # stdout and stderr, capped
     output_dropped: int = 0              # bytes beyond the cap
-    returncode: int | None = None
+    returncode: int | None = None        # the harness's: its exit code, 128 + a signal, or < 0
     killed: str | None = None            # import_timeout, test_timeout, submission_timeout, channel_overflow
-    running: str | None = None           # the test in progress when the process ended or was killed
-    phase: str = "startup"               # startup, import, test, between, done
     isolation: str = ""
     elapsed: float = 0.0
-    channel_junk: int = 0                # lines on the channel that were not valid messages
     cgroup: bool = False                 # its processes shared one memory limit (a cgroup)
     oom_killed: int = 0                  # processes the kernel killed for going over it
+    supervisor: dict = field(default_factory=dict)    # the supervisor's start report
+    ended: dict = field(default_factory=dict)         # its exit report (empty: it was killed)
+    held: dict = field(default_factory=dict)          # protection -> whether it held (PROTECTIONS)
+
+    @property
+    def running(self) -> str | None:
+        """The test in progress when the process ended or was killed."""
+        return self.transcript.running
+
+    @property
+    def phase(self) -> str:
+        return self.transcript.phase
+
+    @property
+    def supervisor_lost(self) -> bool:
+        """The supervisor died before it could report (the submission killed its parent), and
+        not because the grader killed the run."""
+        return bool(self.supervisor) and not self.ended and self.killed is None
 
 
 class SandboxUnavailable(RuntimeError):
@@ -109,29 +155,72 @@ def kill_all() -> None:
             pass
 
 
+# ---------------------------------------------------------------------------------- probes
+
 _probe_lock = threading.Lock()
-_probe: dict[str, str] = {}
+_probe: dict[str, tuple[bool, str]] = {}
+
+
+_tools: dict[str, str | None] = {}
+
+
+def _which(tool: str) -> str | None:
+    """Where ``tool`` is on this process's PATH, looked up once (the sandbox's commands name it
+    by that path: their own environment has a PATH of its own)."""
+    if tool not in _tools:
+        _tools[tool] = shutil.which(tool)
+    return _tools[tool]
+
+
+def _random_uid() -> int:
+    return 100_000 + secrets.randbelow(1_000_000_000)
 
 
 def bwrap_status() -> tuple[bool, str]:
     """(usable, why): whether bubblewrap is installed and can start a sandbox here."""
     with _probe_lock:
-        if "status" not in _probe:
-            path = shutil.which("bwrap")
+        if "bwrap" not in _probe:
+            path = _which("bwrap")
             if not path:
-                _probe["status"], _probe["why"] = "no", "bubblewrap (bwrap) is not installed"
+                _probe["bwrap"] = (False, "bubblewrap (bwrap) is not installed")
             else:
-                uid = 100_000 + secrets.randbelow(1_000_000) if os.geteuid() == 0 else None
-                cmd = _bwrap_prefix(uid=uid, tmpfs_bytes=1 << 20, job_dir=None, public_checks=None) + ["/usr/bin/true"]
-                try:
-                    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-                    ok = proc.returncode == 0
-                    why = "" if ok else proc.stderr.decode(errors="replace").strip()[:300]
-                except (OSError, subprocess.TimeoutExpired) as err:
-                    ok, why = False, str(err)
-                _probe["status"] = "yes" if ok else "no"
-                _probe["why"] = why if not ok else f"bubblewrap at {path}"
-        return _probe["status"] == "yes", _probe["why"]
+                uid = _random_uid() if os.geteuid() == 0 else None
+                cmd = _bwrap_prefix(uid=uid, tmpfs_bytes=1 << 20, job_dir=None, libs=()) + ["/usr/bin/true"]
+                ok, why = _try(cmd)
+                _probe["bwrap"] = (ok, f"bubblewrap at {path}" if ok else why)
+        return _probe["bwrap"]
+
+
+def namespaces_status() -> tuple[bool, str]:
+    """(usable, why): whether the fallback can have namespaces of its own here (``unshare`` and
+    ``setpriv`` from util-linux; for a user other than root, unprivileged user namespaces), and
+    its supervisor can build the submission's file system and drop its privileges in them."""
+    with _probe_lock:
+        if "namespaces" not in _probe:
+            missing = [tool for tool in ("unshare", "setpriv") if not _which(tool)]
+            if missing:
+                _probe["namespaces"] = (False, f"{' and '.join(missing)} (util-linux) not installed")
+            else:
+                uid = _random_uid() if os.geteuid() == 0 else None
+                cmd = _unshare_prefix() + _supervisor_cmd(str(SUPERVISOR), uid=uid, report_fd=None, close=(),
+                                                          keep=_python_roots(), tmp_bytes=1 << 20, probe=True)
+                ok, why = _try(cmd, cwd="/")
+                _probe["namespaces"] = (ok, "unshare" if ok else f"unshare could not start a sandbox here ({why})")
+        return _probe["namespaces"]
+
+
+def _try(cmd: list[str], cwd: str | None = None) -> tuple[bool, str]:
+    try:
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, cwd=cwd,
+                              env=_environment("/"))
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return False, str(err)
+    if proc.returncode == 0:
+        return True, ""
+    return False, (proc.stderr.decode(errors="replace").strip()[:300] or f"exit status {proc.returncode}")
+
+
+# ------------------------------------------------------------------------------- commands
 
 
 def _python_roots() -> list[str]:
@@ -154,10 +243,32 @@ def site_dirs() -> list[str]:
     return [str(Path(numpy.__file__).resolve().parent.parent)]
 
 
-def _bwrap_prefix(uid, tmpfs_bytes, job_dir, public_checks) -> list[str]:
-    args = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+_compiled: dict[Path, Path | None] = {}
+_compile_lock = threading.Lock()
+
+
+def _bytecode(source: Path) -> Path | None:
+    """``source`` compiled into its ``__pycache__`` (once per process, whatever
+    PYTHONDONTWRITEBYTECODE says), or None where that cannot be written: the sandbox's interpreter
+    then loads the supervisor and the harness without compiling them for every run (it checks
+    that the compiled file matches the source, and compiles the source when it does not)."""
+    with _compile_lock:
+        if source not in _compiled:
+            import importlib.util
+            import py_compile
+            cached = Path(importlib.util.cache_from_source(str(source)))
+            try:
+                py_compile.compile(str(source), cfile=str(cached), doraise=True)
+                _compiled[source] = cached
+            except (OSError, py_compile.PyCompileError):
+                _compiled[source] = None
+        return _compiled[source]
+
+
+def _bwrap_prefix(uid, tmpfs_bytes, job_dir, libs) -> list[str]:
+    args = [_which("bwrap") or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
-            "--ro-bind", "/usr", "/usr"]
+            "--as-pid-1", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/") / name
         if path.is_symlink():
@@ -173,30 +284,65 @@ def _bwrap_prefix(uid, tmpfs_bytes, job_dir, public_checks) -> list[str]:
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
     roots = _python_roots()
+    compiled = {} if job_dir is None else {f"/sandbox/__pycache__/{code.name}": code
+                                           for code in map(_bytecode, (HARNESS, SUPERVISOR)) if code is not None}
     # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
     parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) not in ("/", "/tmp")}
-                     | {"/sandbox"} | ({"/sandbox/lib"} if public_checks is not None else set()),
+                     | {"/sandbox"} | ({"/sandbox/lib"} if libs else set())
+                     | ({"/sandbox/__pycache__"} if compiled else set()),
                      key=lambda q: q.count("/"))
     for folder in parents:
         args += ["--perms", "0755", "--dir", folder]
     for root in roots:
         args += ["--ro-bind", root, root]
     if job_dir is not None:
-        args += ["--ro-bind", str(job_dir), "/sandbox/in", "--ro-bind", str(HARNESS), "/sandbox/harness.py"]
-    if public_checks is not None:       # `graders check` only: the public checks are public
-        args += ["--ro-bind", str(public_checks), "/sandbox/lib/public_checks"]
+        args += ["--ro-bind", str(job_dir), "/sandbox/in", "--ro-bind", str(HARNESS), "/sandbox/harness.py",
+                 "--ro-bind", str(SUPERVISOR), "/sandbox/supervisor.py"]
+        for inside, code in compiled.items():
+            args += ["--ro-bind", str(code), inside]
+    for lib in libs:                    # course packages the job needs (the public checks)
+        args += ["--ro-bind", str(lib), f"/sandbox/lib/{Path(lib).name}"]
     args += ["--chdir", "/scratch", "--clearenv"]
     for key, value in _environment("/scratch").items():
         args += ["--setenv", key, value]
     if uid is not None:
-        # Root: keep only what setpriv needs to switch to the sandbox's own user; it drops the rest.
-        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                 "--cap-add", "CAP_SETPCAP", "--"]
-        args += ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+        # Root: the supervisor keeps what it needs to switch the harness to the sandbox's own
+        # user and to kill what is left at the end; the harness drops all of it.
+        args += ["--cap-drop", "ALL"]
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"):
+            args += ["--cap-add", cap]
+        args += ["--"]
     else:
         args += ["--unshare-user", "--disable-userns", "--"]
     return args
+
+
+def _unshare_prefix() -> list[str]:
+    """The fallback's namespaces: the supervisor is PID 1 of its own PID namespace (``--fork``),
+    in its own mount, network, IPC and UTS namespaces; a user other than root gets a user
+    namespace where it is root, to build the file system (the harness drops that again).
+    ``setpriv --pdeathsig`` kills ``unshare`` when the grader dies, and ``--kill-child`` the rest."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return [_which("setpriv") or "setpriv", "--pdeathsig", "KILL", "--", _which("unshare") or "unshare",
+            *user, "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts", "--"]
+
+
+def _supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, tmp_bytes=0, subreaper=False,
+                    probe=False) -> list[str]:
+    cmd = [sys.executable, "-I", "-S", "-B", "-c", BOOT, path] + (["--probe"] if probe else [])
+    if report_fd is not None:
+        cmd += ["--report-fd", str(report_fd)]
+    if close:
+        cmd += ["--close", ",".join(map(str, close))]
+    if uid is not None:
+        cmd += ["--uid", str(uid)]
+    if subreaper:
+        cmd += ["--subreaper"]
+    if keep is not None:
+        cmd += ["--workdir", WORKDIR, "--tmp-bytes", str(tmp_bytes)]
+        for path in keep:
+            cmd += ["--keep", str(path)]
+    return cmd
 
 
 def _environment(home: str) -> dict[str, str]:
@@ -210,7 +356,7 @@ def _world_usable() -> bool:
     """Whether any user can run the interpreter and read the packages and the harness (every
     folder on the way searchable by others, the files readable by others)."""
     import stat
-    paths = [os.path.realpath(sys.executable), str(HARNESS)] + site_dirs()
+    paths = [os.path.realpath(sys.executable), str(HARNESS), str(SUPERVISOR)] + site_dirs()
     for path in paths:
         p = Path(path)
         for folder in [p] + list(p.parents):
@@ -225,6 +371,44 @@ def _world_usable() -> bool:
     return True
 
 
+def describe(mode: str, why: str, held: dict) -> str:
+    """``isolation_detail``: in words, exactly which protections held (``Run.held``)."""
+    parts = []
+    if held.get("supervisor"):
+        parts.append("a supervisor between the grader and the submission")
+    else:
+        parts.append("no supervisor report (it did not start, or was killed at once)")
+    if held.get("pid_namespace"):
+        parts.append("own PID namespace with the supervisor as its PID 1 (every process the "
+                     "submission started ends with it; the grader is out of its reach)")
+    elif held.get("subreaper"):
+        parts.append("the supervisor a subreaper (it kills every process left below it, new "
+                     "sessions included), and a final sweep")
+    else:
+        parts.append("no PID namespace and no subreaper: process-group kill and a sweep only")
+    if held.get("own_user"):
+        parts.append("its own user id, no capabilities (it cannot signal the grader or read its files)")
+    elif held.get("pid_namespace"):
+        parts.append("the grader's user id, inside namespaces of its own")
+    else:
+        parts.append("the grader's own user id (it could signal the grader)")
+    if held.get("cgroup"):
+        parts.append("one memory limit and process count for all its processes (a cgroup, killed at the end)")
+    else:
+        parts.append("a memory limit per process (no cgroup)")
+    parts.append("no network" if held.get("no_network") else "the machine's network")
+    if held.get("file_view"):
+        parts.append("read-only system and Python, private /tmp, the course checkout and the rest "
+                     "of the machine's files invisible")
+    else:
+        parts.append("the machine's files as any user sees them (it can read what its user can read)")
+    if mode == "bwrap":
+        return "bubblewrap: " + "; ".join(parts)
+    return f"subprocess fallback ({why}): " + "; ".join(parts)
+
+
+# -------------------------------------------------------------------------- the last sweep
+
 def _sweep(uid: int | None = None, token: str | None = None, session: int | None = None) -> None:
     """Kill every process of user ``uid`` (the sandbox's own user: nobody else has it), or whose
     environment carries ``token``, or that is still in ``session`` (the fallback without a user
@@ -234,7 +418,11 @@ def _sweep(uid: int | None = None, token: str | None = None, session: int | None
     me = os.getpid()
     for _ in range(5):
         found = False
-        for entry in os.scandir("/proc"):
+        try:
+            entries = list(os.scandir("/proc"))
+        except OSError:                 # no /proc (not Linux): the process-group kill is all there is
+            return
+        for entry in entries:
             if not entry.name.isdigit() or int(entry.name) == me:
                 continue
             pid = int(entry.name)
@@ -411,7 +599,7 @@ class _Cgroup:
         self.procs = [p / "cgroup.procs" for p in paths]
 
     @classmethod
-    def create(cls, memory_bytes: int, processes: int, uid: int | None = None) -> "_Cgroup | None":
+    def create(cls, memory_bytes: int, processes: int) -> "_Cgroup | None":
         base = _cgroup_base()
         if base is None:
             return None
@@ -436,9 +624,6 @@ class _Cgroup:
                     path.write_text(value)
                 except OSError:
                     pass
-            if uid is not None:             # the fallback's first process runs as that user
-                for procs in group.procs:
-                    os.chown(procs, uid, uid)
         except OSError:
             group.remove()
             return None
@@ -499,10 +684,13 @@ class _Cgroup:
 
 
 class Sandbox:
-    """Runs the harness on a job folder, in bubblewrap when it can ("auto"), or as asked
-    ("bwrap" fails when bubblewrap cannot run; "subprocess" is the fallback on purpose)."""
+    """Runs the supervisor and the harness on a job folder, in bubblewrap when it can ("auto"),
+    or as asked ("bwrap" fails when bubblewrap cannot run; "subprocess" is the fallback on
+    purpose).  ``namespaces``, ``own_user`` and ``cgroup`` are what the fallback would use here;
+    the tests turn them off to take the paths of machines they do not run on."""
 
-    def __init__(self, isolation: str = "auto"):
+    def __init__(self, isolation: str = "auto", *, namespaces: bool | None = None,
+                 own_user: bool | None = None, cgroup: bool | None = None):
         if isolation not in ("auto", "bwrap", "subprocess"):
             raise ValueError("isolation must be auto, bwrap or subprocess")
         ok, why = bwrap_status() if isolation != "subprocess" else (False, "the fallback was asked for")
@@ -511,55 +699,76 @@ class Sandbox:
         self.mode = "bwrap" if ok else "subprocess"
         self.why = why
         self.root = os.geteuid() == 0
-        # The sandbox gets a user id of its own when the grader is root; in the fallback only if
-        # that user can reach the interpreter and the packages (bubblewrap binds them for it).
-        self.own_user = self.root and (self.mode == "bwrap" or _world_usable())
+        self.namespaces = False
+        if self.mode == "subprocess" and namespaces is not False:
+            self.namespaces, ns_why = namespaces_status()
+            if not self.namespaces:
+                self.why = f"{why}; {ns_why}"
+        # The sandbox gets a user id of its own when the grader is root, if that user can reach
+        # the interpreter and the packages (bubblewrap and the fallback's namespaces show them).
+        reachable = self.mode == "bwrap" or self.namespaces or _world_usable()
+        self.own_user = self.root and reachable and own_user is not False
+        self.use_cgroup = cgroup is not False
+        for program in (SUPERVISOR, HARNESS):   # compiled once, not by every sandbox
+            _bytecode(program)
+
+    def planned(self) -> dict:
+        """What would hold in a run here (``Run.held`` says what did)."""
+        contained = self.mode == "bwrap" or self.namespaces
+        return {"supervisor": True, "pid_namespace": contained, "subreaper": not contained,
+                "own_user": self.own_user, "cgroup": self.use_cgroup and _cgroup_base() is not None,
+                "no_network": contained, "file_view": contained}
 
     @property
     def description(self) -> str:
-        memory = ("one memory limit for all its processes (a cgroup)" if _cgroup_base() is not None
-                  else "a memory limit per process (no cgroup available)")
-        if self.mode == "bwrap":
-            who = "its own user id, no capabilities" if self.root else "a user namespace"
-            return ("bubblewrap: no network, own PID namespace, read-only system and Python, private "
-                    f"/tmp and scratch, course checkout invisible, {who}, {memory}")
-        who = "its own user id" if self.own_user else "the grader's own user (it could signal the grader)"
-        return (f"subprocess fallback ({self.why}): resource limits, process-group kill, {who}, {memory}; "
-                "the submission can read the grader's files and reach the network")
+        return describe(self.mode, self.why, self.planned())
 
     def run(self, job_dir: Path, limits: Limits, test_seconds: dict[str, float], *,
-            only: list[str] | None = None, public: str | None = None,
-            public_checks: Path | None = None) -> Run:
-        uid = 100_000 + secrets.randbelow(1_000_000_000) if self.own_user else None
+            only: list[str] | None = None, public: str | None = None, libs=()) -> Run:
+        """Run the harness on ``job_dir`` (the tests ``only``, or all of ``test_seconds``; or the
+        public checks of ``public``, with the course packages ``libs`` importable)."""
+        uid = _random_uid() if self.own_user else None
         token = None
-        run = Run(isolation=self.mode)
-        read_fd, write_fd = os.pipe()
-        scratch = None
-        group = None
+        run = Run(transcript=Transcript(tests=frozenset(only if only is not None else test_seconds)),
+                  isolation=self.mode)
+        channel_r, channel_w = os.pipe()
+        report_r, report_w = os.pipe()
+        scratch = group = None
         try:
+            libs = [Path(lib) for lib in libs]
+            supervisor = dict(uid=uid, report_fd=report_w, close=[channel_w])
             if self.mode == "bwrap":
-                inner_fd = write_fd
-                cmd = _bwrap_prefix(uid, limits.tmpfs_bytes, job_dir, public_checks)
-                cmd += [sys.executable, "-I", "-S", "-B", "/sandbox/harness.py", "/sandbox/in"]
-                lib_arg = "/sandbox/lib" if public_checks is not None else ""
+                lib_dirs = ["/sandbox/lib"] if libs else []
+                cmd = (_bwrap_prefix(uid, limits.tmpfs_bytes, job_dir, libs)
+                       + _supervisor_cmd("/sandbox/supervisor.py", **supervisor)
+                       + ["--", "/sandbox/harness.py", "/sandbox/in"])
                 kwargs = {"env": {}}
+            elif self.namespaces:
+                lib_dirs = sorted({str(lib.parent) for lib in libs})
+                keep = _python_roots() + [str(job_dir)] + [str(lib) for lib in libs]
+                cmd = (_unshare_prefix()
+                       + _supervisor_cmd(str(SUPERVISOR), keep=keep, tmp_bytes=limits.tmpfs_bytes, **supervisor)
+                       + ["--", str(HARNESS), str(job_dir)])
+                kwargs = {"env": _environment(WORKDIR), "cwd": "/"}
             else:
-                inner_fd = write_fd
-                import tempfile
                 scratch = work_folder("grader-scratch-")
+                # Each package on a shelf of its own (a link to it), so that what lies next to it
+                # (the rest of the course, graders/) cannot be imported by name.
+                lib_dirs = [os.path.join(scratch, ".lib")] if libs else []
+                for lib in libs:
+                    os.makedirs(lib_dirs[0], 0o755, exist_ok=True)
+                    os.symlink(lib, os.path.join(lib_dirs[0], lib.name))
                 if uid is not None:
                     os.chown(scratch, uid, uid)
-                cmd = [sys.executable, "-I", "-S", "-B", str(HARNESS), str(job_dir), "--pdeathsig", "1"]
-                lib_arg = str(Path(public_checks).parent) if public_checks is not None else ""
                 token = secrets.token_hex(8)
+                cmd = (_supervisor_cmd(str(SUPERVISOR), subreaper=True, **supervisor)
+                       + ["--", str(HARNESS), str(job_dir)])
                 kwargs = {"env": {**_environment(scratch), "KVGRADER_RUN": token}, "cwd": scratch}
-                if uid is not None:
-                    kwargs.update(user=uid, group=uid, extra_groups=[])
-            cmd += ["--channel-fd", str(inner_fd), "--site", os.pathsep.join(site_dirs())]
+            cmd += ["--channel-fd", str(channel_w), "--site", os.pathsep.join(site_dirs())]
             if uid is not None:     # RLIMIT_NPROC counts a user's processes: only with a user of its own
                 cmd += ["--nproc", str(limits.processes)]
-            if lib_arg:
-                cmd += ["--lib", lib_arg]
+            if lib_dirs:
+                cmd += ["--lib", os.pathsep.join(lib_dirs)]
             if only:
                 cmd += ["--only", ",".join(only)]
             if public:
@@ -567,45 +776,64 @@ class Sandbox:
             # All its processes share one memory limit, where the machine lets the grader make a
             # cgroup (RLIMIT_AS alone is per process: 64 forked children would have 64 x 2 GiB).
             # The tmpfs folders' pages are charged to it too, hence their room on top.
-            group = _Cgroup.create(limits.memory_bytes + 2 * limits.tmpfs_bytes, limits.processes + 8,
-                                   uid if self.mode == "subprocess" else None)
+            if self.use_cgroup:
+                group = _Cgroup.create(limits.memory_bytes + 2 * limits.tmpfs_bytes, limits.processes + 8)
             if group is not None:
                 cmd = group.wrap(cmd)
                 run.cgroup = True
             start = time.monotonic()
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+                                    stderr=subprocess.STDOUT, pass_fds=(channel_w, report_w),
                                     start_new_session=True, **kwargs)
-            os.close(write_fd)
-            write_fd = -1
+            for fd in (channel_w, report_w):
+                os.close(fd)
+            channel_w = report_w = -1
             with _live_lock:
                 _live.add(proc)
+            report = bytearray()
             try:
-                self._watch(proc, read_fd, run, limits, test_seconds, start)
+                self._watch(proc, channel_r, report_r, report, run, limits, test_seconds, start)
             finally:
-                run.returncode = self._kill(proc, uid, token)
+                top = self._kill(proc, uid, token)
                 with _live_lock:
                     _live.discard(proc)
+            _drain(report_r, report)
+            self._read_report(bytes(report), run, top)
+            run.held = {**self.planned(), "supervisor": bool(run.supervisor) and "error" not in run.supervisor,
+                        "pid_namespace": run.supervisor.get("pid1") is True,
+                        "subreaper": run.supervisor.get("subreaper") is True,
+                        "own_user": uid is not None and run.supervisor.get("uid") == uid,
+                        "cgroup": run.cgroup,
+                        "no_network": run.supervisor.get("pid1") is True,
+                        "file_view": self.mode == "bwrap" and run.supervisor.get("pid1") is True
+                        or bool(run.supervisor.get("view"))}
             run.elapsed = time.monotonic() - start
+            # The sandbox itself failed, before anything of the submission ran: the grader's problem.
+            if "error" in run.supervisor:
+                raise RuntimeError(f"the sandbox could not start: {str(run.supervisor['error'])[:300]}")
+            if run.returncode == _supervisor.NOT_STARTED and not run.transcript.hello and not run.killed:
+                raise RuntimeError(f"the sandbox could not start the harness: {run.output[-300:].strip()}")
             return run
         finally:
             if group is not None:            # whatever is left in it dies, then it goes
                 group.kill()
                 run.oom_killed = group.oom_kills()
                 group.remove()
-            if write_fd >= 0:
-                os.close(write_fd)
-            os.close(read_fd)
+            for fd in (channel_w, report_w, channel_r, report_r):
+                if fd >= 0:
+                    os.close(fd)
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
 
     # -------------------------------------------------------------------------------- watching
 
-    def _watch(self, proc, read_fd, run: Run, limits: Limits, test_seconds, start) -> None:
+    def _watch(self, proc, channel_fd, report_fd, report: bytearray, run: Run, limits: Limits,
+               test_seconds, start) -> None:
         sel = selectors.DefaultSelector()
-        os.set_blocking(read_fd, False)
-        os.set_blocking(proc.stdout.fileno(), False)
-        sel.register(read_fd, selectors.EVENT_READ, "channel")
+        for fd in (channel_fd, report_fd, proc.stdout.fileno()):
+            os.set_blocking(fd, False)
+        sel.register(channel_fd, selectors.EVENT_READ, "channel")
+        sel.register(report_fd, selectors.EVENT_READ, "report")
         sel.register(proc.stdout, selectors.EVENT_READ, "output")
         # Wake up when the process exits even if its pipes stay open (children holding them).
         pidfd = None
@@ -615,14 +843,14 @@ class Sandbox:
         except (AttributeError, OSError):
             pass
         tick = 3600.0 if pidfd is not None else 0.05
-        open_streams = 2
+        open_streams = 3
+        transcript = run.transcript
         pending = bytearray()
         channel_total = 0
         output = bytearray()
         phase_deadline = start + limits.import_seconds + GRACE
         overall = start + limits.submission_seconds + GRACE
         exited_at = None
-        started: set[str] = set()
         while True:
             now = time.monotonic()
             if proc.poll() is not None:
@@ -631,7 +859,7 @@ class Sandbox:
                     break       # what is left in the pipes after 0.2 s belongs to stray children
             deadline = min(phase_deadline, overall)
             if now >= deadline:
-                if run.phase in ("startup", "import"):
+                if transcript.phase in ("startup", "import"):
                     run.killed = "import_timeout"
                 elif now >= overall:
                     run.killed = "submission_timeout"
@@ -667,6 +895,9 @@ class Sandbox:
                         output += chunk[:room]
                     run.output_dropped += max(0, len(chunk) - max(room, 0))
                     continue
+                if key.data == "report":
+                    report += chunk[:max(0, REPORT_BYTES - len(report))]
+                    continue
                 channel_total += len(chunk)
                 if channel_total > limits.channel_bytes:
                     run.killed = "channel_overflow"
@@ -674,39 +905,23 @@ class Sandbox:
                 if b"\n" not in chunk:
                     pending += chunk
                     if len(pending) > MAX_LINE:      # no message is that long: junk
-                        pending, run.channel_junk = bytearray(), run.channel_junk + 1
+                        pending, transcript.junk = bytearray(), transcript.junk + 1
                     continue
                 *lines, rest = chunk.split(b"\n")
                 lines[0] = bytes(pending) + lines[0]
                 pending = bytearray(rest)
                 for line in lines:
-                    message = _parse(line)
-                    if message is None:
-                        run.channel_junk += 1
+                    before = (transcript.phase, transcript.running)
+                    transcript.feed(line)
+                    if (transcript.phase, transcript.running) == before:
                         continue
-                    run.messages.append(message)
-                    kind = message["t"]
+                    # Only a test's start and the end of the run move the deadline: the harness
+                    # starts the next test right after a result (and the first right after the
+                    # import), so a result or an import faked from the sandbox buys no time.
                     now = time.monotonic()
-                    if kind == "import_start" and run.phase == "startup":
-                        run.phase = "import"
-                    elif kind == "import" and run.phase in ("startup", "import"):
-                        run.phase = "between"
-                        phase_deadline = overall
-                    elif kind == "start" and run.phase == "between":
-                        # The harness starts a test only after the previous one's result, and each
-                        # test once.  The submission can write on the channel too: a "start" in the
-                        # middle of a test (or a second one for the same test, or an id that is not
-                        # even a string) must not push its deadline back, so it is ignored.
-                        tid = message.get("id")
-                        if isinstance(tid, str) and tid in test_seconds and tid not in started:
-                            started.add(tid)
-                            run.phase, run.running = "test", tid
-                            phase_deadline = now + test_seconds[tid] + GRACE
-                    elif kind == "result" and run.phase == "test" and message.get("id") == run.running:
-                        run.phase, run.running = "between", None
-                        phase_deadline = overall
-                    elif kind in ("done", "public") and run.phase != "done":
-                        run.phase, run.running = "done", None      # the harness exits right after
+                    if transcript.phase == "test":
+                        phase_deadline = now + test_seconds.get(transcript.running, limits.test_seconds) + GRACE
+                    elif transcript.phase == "done":       # the harness exits right after
                         phase_deadline = min(overall, now + GRACE)
         sel.close()
         if pidfd is not None:
@@ -714,31 +929,61 @@ class Sandbox:
         run.output = output.decode("utf-8", errors="replace")
 
     def _kill(self, proc, uid, token) -> int:
+        """End the run: everything it started is gone afterwards.  Returns the top process's
+        exit status."""
+        subreaper = self.mode == "subprocess" and not self.namespaces
+        if subreaper and proc.poll() is None:
+            # The supervisor (the top process here) kills and reaps everything below it when
+            # asked, new sessions included, which killing the process group cannot reach.
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=STOP_SECONDS)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)   # PID 1 of a namespace takes the namespace with it
         except (ProcessLookupError, PermissionError):
             pass
-        if self.mode == "subprocess":
+        if subreaper:
             _sweep(uid=uid, token=token, session=proc.pid)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        if uid is not None and self.mode == "bwrap" and proc.returncode is not None and proc.returncode < 0:
+        if uid is not None and not subreaper and proc.returncode is not None and proc.returncode < 0:
             _sweep(uid=uid)   # killed mid-run: make sure nothing of that user is left
         if proc.returncode is None:
             proc.returncode = -9
         proc.stdout.close()
         return proc.returncode
 
+    @staticmethod
+    def _read_report(data: bytes, run: Run, top: int) -> None:
+        """The supervisor's two reports (see ``supervisor.main``); the harness's status is the one
+        it reports, else what the top process's exit says."""
+        for line in data.splitlines()[:8]:
+            try:
+                message = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            if not isinstance(message, dict):
+                continue
+            if message.get("t") == "supervisor" and not run.supervisor:
+                run.supervisor = message
+            elif message.get("t") == "exit" and not run.ended:
+                run.ended = message
+        code = run.ended.get("code")
+        run.returncode = code if type(code) is int else top
 
-def _parse(line: bytes):
-    if not line or len(line) > MAX_LINE:
-        return None
-    try:
-        message = json.loads(line)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
-        return None
-    return message
+
+def _drain(fd: int, into: bytearray) -> None:
+    """What is left in a pipe whose writers are gone (or still there: then what is there now)."""
+    os.set_blocking(fd, False)
+    while len(into) < REPORT_BYTES:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except (BlockingIOError, OSError):
+            return
+        if not chunk:
+            return
+        into += chunk[:REPORT_BYTES - len(into)]

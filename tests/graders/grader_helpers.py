@@ -6,6 +6,7 @@ bubblewrap are skipped, with the reason, only where it cannot run (``make test``
 """
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -31,6 +32,25 @@ def grade_text(source: str, exercise: str, filename: str = "submission.py", limi
     """Grade Python source text (dedented) as a .py submission."""
     return grade_bytes(textwrap.dedent(source).encode(), filename, exercise, limits=limits,
                        isolation=isolation)
+
+
+def processes_matching(*needles: str) -> list[str]:
+    """Live processes whose name or command line contains one of ``needles`` (killed ones waiting
+    to be reaped by init are gone)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX":
+                continue
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(n in comm or n in cmdline for n in needles):
+            found.append(f"{entry} {comm} {cmdline}")
+    return found
 
 
 def by_name(result: dict) -> dict[str, dict]:

@@ -105,11 +105,12 @@ def test_a_grader_crash_still_produces_a_result(tmp_path, monkeypatch, capsys):
     assert "Score: 0" in capsys.readouterr().out
 
 
-def test_check_runs_the_public_checks_only():
-    proc = graders("check", "solutions/softmax.ipynb")
+@pytest.mark.parametrize("isolation", ["auto", "subprocess"])
+def test_check_runs_the_public_checks_only(isolation):
+    proc = graders("check", "solutions/softmax.ipynb", "--isolation", isolation)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "public tests passed; hidden tests run at grading" in proc.stdout
-    proc = graders("check", "exercises/softmax.ipynb")
+    proc = graders("check", "exercises/softmax.ipynb", "--isolation", isolation)
     assert proc.returncode == 1 and "not implemented yet" in proc.stdout
 
 

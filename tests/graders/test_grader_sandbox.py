@@ -41,15 +41,28 @@ def probe(source: str, isolation: str = "bwrap", limits: Limits = LIMITS, timeou
         for p in folder.iterdir():
             p.unlink()
         folder.rmdir()
-    result = next((m for m in run.messages if m.get("t") == "result"), None)
+    result = run.transcript.results.get("p")
     if result is None or not result["calls"]:
         return None, run
     call = result["calls"][0]
     return (decode(call["value"]) if call.get("ok") else call["error"]), run
 
 
-@needs_bwrap
-def test_the_course_checkout_is_not_visible():
+def _namespaces() -> bool:
+    return Sandbox("subprocess").namespaces
+
+
+# The sandboxes that show the submission a file system of their own: bubblewrap, and the fallback
+# where unshare gives it namespaces (the job folder is at its own path there, the scratch folder
+# in its private /tmp).
+ISOLATED = [pytest.param("bwrap", marks=needs_bwrap),
+            pytest.param("subprocess", marks=pytest.mark.skipif(not _namespaces(),
+                                                                 reason="unshare cannot make namespaces here"))]
+SCRATCH = {"bwrap": "/scratch", "subprocess": "/tmp/scratch"}
+
+
+@pytest.mark.parametrize("isolation", ISOLATED)
+def test_the_course_checkout_is_not_visible(isolation):
     value, run = probe(f"""
         import os
         def probe():
@@ -58,37 +71,51 @@ def test_the_course_checkout_is_not_visible():
                     "solutions": os.path.exists(os.path.join(root, "solutions")),
                     "graders": os.path.exists(os.path.join(root, "graders")),
                     "top": sorted(os.listdir("/")),
-                    "sandbox": sorted(os.listdir("/sandbox")),
-                    "inputs": sorted(os.listdir("/sandbox/in"))}}
-        """)
-    assert run.isolation == "bwrap"
+                    "home": sorted(os.listdir("/home")) if os.path.isdir("/home") else [],
+                    "main": sorted(os.listdir("/work/main")) if os.path.isdir("/work/main") else None,
+                    "sandbox": sorted(os.listdir("/sandbox")) if os.path.isdir("/sandbox") else None,
+                    "compiled": sorted(os.listdir("/sandbox/__pycache__")) if os.path.isdir("/sandbox/__pycache__") else [],
+                    "inputs": sorted(os.listdir(os.path.dirname(__file__)))}}
+        """, isolation)
+    assert run.isolation == isolation
     assert value["solutions"] is False and value["graders"] is False
     assert value["root"] in (None, [".venv"])        # at most the virtual environment's folder
-    assert "home" not in value["top"] and "sandbox" in value["top"] and "scratch" in value["top"]
-    assert value["sandbox"] == ["harness.py", "in"]
+    assert value["home"] == []
+    # the course's main checkout, when it is not this one: invisible; when it is: its venv alone
+    assert value["main"] in (None, [".venv"])
     assert value["inputs"] == ["spec.json", "submission.py"]     # inputs only: no expected values
+    if isolation == "bwrap":
+        assert "home" not in value["top"] and "scratch" in value["top"]
+        # the two programs (and their compiled form, where the grader could write it), the inputs
+        assert set(value["sandbox"]) - {"__pycache__"} == {"harness.py", "in", "supervisor.py"}
+        assert {name.split(".")[0] for name in value["compiled"]} <= {"harness", "supervisor"}
+    assert run.held["file_view"] is True
 
 
-@needs_bwrap
-def test_own_pid_namespace_own_user_and_no_capabilities():
-    value, _ = probe("""
+@pytest.mark.parametrize("isolation", ISOLATED)
+def test_own_pid_namespace_own_user_and_no_capabilities(isolation):
+    value, run = probe("""
         import os
         def probe():
             status = open("/proc/self/status").read()
             caps = [l.split()[1] for l in status.splitlines() if l.startswith(("CapEff", "CapPrm", "CapBnd"))]
-            return {"pid": os.getpid(), "uid": os.getuid(), "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-                    "caps": caps, "env": sorted(os.environ)}
-        """)
-    assert value["pid"] <= 3                       # PID 1 is bubblewrap's init, 2 the harness
+            nnp = [l.split()[1] for l in status.splitlines() if l.startswith("NoNewPrivs")]
+            return {"pid": os.getpid(), "ppid": os.getppid(), "uid": os.getuid(),
+                    "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+                    "caps": caps, "nnp": nnp, "env": sorted(os.environ)}
+        """, isolation)
+    assert value["ppid"] == 1 and value["pid"] == 2  # its parent: the supervisor, PID 1 of the namespace
     assert all(p <= 3 for p in value["procs"])     # nothing of the host is visible
-    assert set(value["caps"]) == {"0000000000000000"}
+    assert set(value["caps"]) == {"0000000000000000"} and value["nnp"] == ["1"]
     if os.geteuid() == 0:
         assert value["uid"] >= 100_000             # a user id of its own, not root
+        assert run.held["own_user"] is True
+    assert run.held["supervisor"] and run.held["pid_namespace"] and not run.held["subreaper"]
     assert "PATH" in value["env"] and not any(k.startswith(("SSH", "AWS", "GIT", "PYTEST")) for k in value["env"])
 
 
-@needs_bwrap
-def test_no_network_not_even_the_hosts_loopback():
+@pytest.mark.parametrize("isolation", ISOLATED)
+def test_no_network_not_even_the_hosts_loopback(isolation):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(5)
@@ -104,7 +131,7 @@ def test_no_network_not_even_the_hosts_loopback():
     thread = threading.Thread(target=accept)
     thread.start()
     try:
-        value, _ = probe(f"""
+        value, run = probe(f"""
             import socket
             def probe():
                 out = {{}}
@@ -115,45 +142,51 @@ def test_no_network_not_even_the_hosts_loopback():
                     except OSError as err:
                         out[host] = type(err).__name__
                 return out
-            """)
+            """, isolation)
     finally:
         thread.join()
         server.close()
     assert value["127.0.0.1"] != "connected" and value["10.0.0.1"] != "connected"
-    assert accepted == []
+    assert accepted == [] and run.held["no_network"] is True
 
 
-@needs_bwrap
-def test_private_tmp_and_read_only_everything_else():
-    source = """
-        import os
+@pytest.mark.parametrize("isolation", ISOLATED)
+def test_private_tmp_and_read_only_everything_else(isolation):
+    source = f"""
+        import os, sys
         def probe():
             found = sorted(os.listdir("/tmp"))
             open("/tmp/left-behind", "w").write("x")
             open("left-in-scratch", "w").write("x")
             denied = []
-            for path in ("/usr/bin/evil", "/sandbox/in/spec.json", "/sandbox/harness.py", "/evil"):
+            job = os.path.dirname(__file__)
+            for path in ("/usr/bin/evil", job + "/spec.json", job + "/evil", os.path.join(sys.prefix, "evil"),
+                         "/evil"):
                 try:
                     open(path, "w").write("x")
                 except OSError as err:
                     denied.append(path)
-            return {"found": found, "cwd": os.getcwd(), "denied": denied}
+            return {{"found": found, "cwd": os.getcwd(), "denied": denied, "job": os.path.basename(job)}}
         """
-    first, _ = probe(source)
-    second, _ = probe(source)
+    first, _ = probe(source, isolation)
+    second, _ = probe(source, isolation)
     # /tmp is private and empty, apart from the mount points of the interpreter when the checkout
-    # (and so its .venv) itself lives under /tmp; nothing written in one sandbox survives it.
+    # (and so its .venv) itself lives under /tmp (and, in the fallback, the scratch folder and the
+    # job folder at its own path); nothing written in one sandbox survives it.
     interpreter_mounts = {Path(root).relative_to("/tmp").parts[0] for root in (sys.prefix, sys.base_prefix)
                           if Path(root).is_relative_to("/tmp")}
-    assert set(first["found"]) == interpreter_mounts and second["found"] == first["found"]
+    if isolation == "subprocess":
+        assert set(first["found"]) - interpreter_mounts == {"scratch", first["job"]}
+    else:
+        assert set(first["found"]) == interpreter_mounts
     assert "left-behind" not in second["found"]
-    assert first["cwd"] == "/scratch"
-    assert len(first["denied"]) == 4
+    assert first["cwd"] == SCRATCH[isolation]
+    assert len(first["denied"]) == 5
     assert not Path("/tmp/left-behind").exists() or Path("/tmp/left-behind").read_text() != "x"
 
 
-@needs_bwrap
-def test_resource_limits_apply_inside():
+@pytest.mark.parametrize("isolation", ISOLATED)
+def test_resource_limits_apply_inside(isolation):
     value, _ = probe("""
         import resource
         def probe():
@@ -165,27 +198,29 @@ def test_resource_limits_apply_inside():
             return {"as": resource.getrlimit(resource.RLIMIT_AS)[0], "got": got,
                     "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
                     "fsize": resource.getrlimit(resource.RLIMIT_FSIZE)[0]}
-        """, limits=Limits(memory_bytes=1 << 30, test_seconds=5, submission_seconds=20))
+        """, isolation, limits=Limits(memory_bytes=1 << 30, test_seconds=5, submission_seconds=20))
     assert value["as"] == 1 << 30 and value["got"] == "MemoryError"
     assert 0 < value["fsize"] <= 64 << 20
     if os.geteuid() == 0:
         assert value["nproc"] == 64
 
 
-def test_the_fallback_runs_and_says_it_is_weaker():
+def test_the_fallback_says_exactly_what_held():
     sandbox = Sandbox("subprocess")
-    assert sandbox.mode == "subprocess" and "fallback" in sandbox.description
-    assert "can read" in sandbox.description
+    assert sandbox.mode == "subprocess" and sandbox.description.startswith("subprocess fallback (")
     value, run = probe("""
         import os, resource
         def probe():
-            return {"uid": os.getuid(), "as": resource.getrlimit(resource.RLIMIT_AS)[0], "sid": os.getsid(0) == os.getpid()}
+            return {"uid": os.getuid(), "as": resource.getrlimit(resource.RLIMIT_AS)[0], "sid": os.getsid(0) == os.getpid(),
+                    "ppid": os.getppid()}
         """, isolation="subprocess", limits=Limits(memory_bytes=1 << 30))
-    assert run.isolation == "subprocess"
-    assert value["as"] == 1 << 30 and value["sid"] is True
+    assert run.isolation == "subprocess" and value["as"] == 1 << 30
+    assert run.held["supervisor"] is True and run.supervisor and run.ended["code"] == 0
+    assert run.held == {**sandbox.planned(), "cgroup": run.cgroup}
+    assert value["ppid"] == run.supervisor["pid"] == (1 if run.held["pid_namespace"] else value["ppid"])
     if sandbox.own_user:
         assert value["uid"] >= 100_000          # never root, never the grader's user
-    else:
+    elif not sandbox.namespaces:
         assert "could signal the grader" in sandbox.description
 
 

@@ -1,0 +1,342 @@
+"""The hostile corpus (tests/graders/hostile/): every attack scores zero on what it attacks, gets a
+clear status and message, and the grader carries on, in every isolation mode.
+
+Each test takes the ``isolation`` fixture: ``test_grader_hostile.py`` runs them all with
+bubblewrap, ``test_grader_hostile_fallback.py`` with the subprocess fallback (two files, so that
+``--dist loadfile`` runs the two halves on two workers).  An attack that would be dangerous where
+a protection is missing (killing every process it may signal, deleting files, a fork bomb, the
+network) declares what it needs (``needs``), and is skipped, with the reason, on a machine whose
+sandbox would not have it, instead of being run unsandboxed.
+"""
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from graders import Limits, grade_bytes
+from graders.sandbox import Sandbox
+
+from grader_helpers import BWRAP, BWRAP_WHY, FAST, GOOD, HOSTILE, grade_text, processes_matching
+
+VALUE_TESTS = lambda name: not any(w in name for w in ("not modified", "shape and dtype"))  # noqa: E731
+ALL_TESTS = lambda name: True  # noqa: E731
+
+
+def sandbox_for(isolation: str) -> Sandbox:
+    if isolation == "bwrap" and not BWRAP:
+        pytest.skip(f"bubblewrap cannot run here: {BWRAP_WHY}")
+    return Sandbox(isolation)
+
+
+def needs(isolation: str, *protections: str) -> None:
+    """Skip unless the sandbox of ``isolation`` has one of ``protections`` here (``Run.held``
+    names); say which were missing."""
+    planned = sandbox_for(isolation).planned()
+    if not any(planned[p] for p in protections):
+        pytest.skip(f"the {isolation} sandbox here has none of {', '.join(protections)}: "
+                    "this attack is not run unsandboxed")
+
+
+def grade_hostile(filename, exercise, isolation, *, limits=FAST, fill=None):
+    sandbox_for(isolation)
+    data = (HOSTILE / filename).read_bytes()
+    for key, value in (fill or {}).items():
+        data = data.replace(key.encode(), str(value).encode())
+    result = grade_bytes(data, filename, exercise, limits=limits, isolation=isolation)
+    assert result["isolation"] == isolation
+    return result
+
+
+def assert_zero(result, on=ALL_TESTS):
+    attacked = [t for t in result["tests"] if on(t["name"])]
+    assert attacked, "no test covers the attack"
+    assert all(t["score"] == 0 and t["status"] == "failed" for t in attacked), \
+        [(t["name"], t["output"]) for t in attacked if t["score"]]
+    for t in result["tests"]:
+        assert t["output"] and "Traceback" not in t["output"]
+    assert result["max_score"] > 0
+
+
+def assert_grading_goes_on(isolation):
+    again = grade_text(GOOD["time_per_token"], "time_per_token", isolation=isolation)
+    assert again["score"] == again["max_score"]
+
+
+# (file, exercise, statuses, words in the feedback, which tests must score zero, limits)
+CASES = [
+    ("loop_at_import.py", "softmax", {"timeout"}, "loading the submission took longer", ALL_TESTS, FAST),
+    ("loop_in_function.py", "time_per_token", {"timeout"}, "took longer than 0.5 s", ALL_TESTS, FAST),
+    ("loop_ignoring_alarm.py", "time_per_token", {"timeout"}, "took longer than 0.5 s", ALL_TESTS, FAST),
+    ("memory_bomb.py", "time_per_token", {"ok"}, "ran out of memory", ALL_TESTS,
+     Limits(memory_bytes=512 << 20, test_seconds=5, submission_seconds=30)),
+    ("sys_exit.py", "softmax", {"ok"}, "called sys.exit(0)", ALL_TESTS, FAST),
+    ("sys_exit_at_import.py", "softmax", {"crashed"}, "called sys.exit(0)", ALL_TESTS, FAST),
+    ("os_exit.py", "softmax", {"crashed"}, "os._exit()", ALL_TESTS, FAST),
+    ("fake_result.py", "softmax", {"ok", "timeout"}, "Python str", VALUE_TESTS, FAST),
+    ("patch_numpy.py", "softmax", {"ok"}, "differs", VALUE_TESTS, FAST),
+    ("stack_frames.py", "softmax", {"ok", "timeout"}, "differs", VALUE_TESTS, FAST),
+    ("channel_flood.py", "softmax", {"crashed"}, "flooded the grader's results channel", ALL_TESTS, FAST),
+    ("disk_fill.py", "time_per_token", {"ok"}, "File too large", ALL_TESTS, Limits(test_seconds=3, submission_seconds=20)),
+    ("native_crash.py", "time_per_token", {"crashed"}, "SIGSEGV", ALL_TESTS, FAST),
+    ("liar_objects.py", "time_per_token", {"ok"}, "submission.Liar", ALL_TESTS, FAST),
+    ("liar_objects.py", "softmax", {"ok"}, "differs", VALUE_TESTS, FAST),
+    ("liar_objects.py", "kv_cache_bytes", {"ok"}, "not plain data", ALL_TESTS, FAST),
+    ("huge_array.py", "softmax", {"ok"}, "too large", VALUE_TESTS, FAST),
+]
+
+
+@pytest.mark.parametrize("filename, exercise, statuses, words, zero_on, limits", CASES,
+                         ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_hostile_submission_scores_zero_with_a_clear_message(isolation, filename, exercise, statuses, words,
+                                                             zero_on, limits):
+    result = grade_hostile(filename, exercise, isolation, limits=limits)
+    assert result["status"] in statuses, (result["status"], result["output"])
+    assert_zero(result, zero_on)
+    feedback = "\n".join(t["output"] for t in result["tests"]) + result["output"]
+    assert words in feedback
+
+
+def test_a_fake_printed_result_is_never_read(isolation):
+    result = grade_hostile("fake_result.py", "softmax", isolation)
+    assert '"score": 100' in result["submission_output"]      # it printed its fake result ...
+    assert_zero(result, VALUE_TESTS)                            # ... and nothing came of it
+    assert "Score: 14 / 14" not in result["output"]
+
+
+def test_killing_the_grader_fails_and_grading_goes_on(isolation):
+    needs(isolation, "pid_namespace", "own_user")
+    before = os.getpid()
+    result = grade_hostile("kill_grader.py", "time_per_token", isolation)
+    assert os.getpid() == before and result["status"] == "ok"
+    assert_zero(result)
+    assert_grading_goes_on(isolation)
+
+
+def test_killing_its_parent_kills_neither_the_grader_nor_the_result(isolation):
+    """The parent of the submission used to be the grader itself in the fallback: one
+    os.kill(os.getppid(), SIGKILL) and no result was ever written.  The parent is the supervisor
+    now, which nothing in the sandbox can kill (PID 1 of its namespace, or another user)."""
+    needs(isolation, "pid_namespace", "own_user")
+    result = grade_hostile("kill_parent.py", "time_per_token", isolation)
+    assert result["status"] == "ok", result["output"]
+    assert_zero(result)
+    assert all(r["supervisor_lost"] is False and r["returncode"] == 0 for r in result["runs"]), result["runs"]
+    assert result["isolation_held"]["supervisor"] is True
+    assert_grading_goes_on(isolation)
+
+
+def test_children_that_try_to_outlive_the_grading_are_gone(isolation):
+    result = grade_hostile("fork_children.py", "kv_cache_bytes", isolation)
+    assert_zero(result)
+    time.sleep(0.2)
+    assert processes_matching("hostile-child", "hostile-daemon", "sleep 987654") == []
+
+
+def test_processes_that_leave_the_session_and_drop_their_environment_are_gone(isolation):
+    """setsid, fork again, execve with an empty environment: no process group, session or
+    environment token leads to them; the supervisor (or the namespace) still does."""
+    mark = 800_000 + os.getpid() % 100_000
+    result = grade_hostile("escape_session.py", "kv_cache_bytes", isolation, fill={"__MARK__": mark})
+    assert_zero(result)
+    assert processes_matching(f"hostile-escapee {mark}") == []
+    assert result["isolation_held"]["pid_namespace"] or result["isolation_held"]["subreaper"]
+
+
+def test_reading_or_importing_the_reference_answers_finds_nothing(isolation):
+    needs(isolation, "file_view")
+    result = grade_hostile("read_solutions.py", "softmax", isolation, limits=Limits(test_seconds=3, submission_seconds=20))
+    assert_zero(result)
+    assert "no reference answers visible" in result["tests"][0]["output"]
+
+
+def test_deleting_files_outside_the_scratch_folder_fails(isolation, tmp_path):
+    needs(isolation, "file_view")
+    canary = tmp_path / "keep" / "canary.txt"
+    canary.parent.mkdir()
+    canary.write_text("still here")
+    result = grade_hostile("delete_files.py", "time_per_token", isolation, fill={"__CANARY__": canary})
+    assert_zero(result)
+    assert canary.read_text() == "still here"
+    assert_grading_goes_on(isolation)                    # the harness and inputs survived
+
+
+def test_gigabytes_of_output_are_capped(isolation):
+    limits = Limits(test_seconds=0.5, submission_seconds=3, import_seconds=3, output_bytes=10_000)
+    result = grade_hostile("huge_output.py", "time_per_token", isolation, limits=limits)
+    assert result["status"] == "timeout"
+    assert_zero(result)
+    kept, _, note = result["submission_output"].partition("\n[...")
+    assert len(kept) <= 10_000 and "more bytes of output dropped" in note
+
+
+def test_a_socket_reaches_nothing(isolation):
+    needs(isolation, "no_network")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.1)
+    accepted = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted.append(1)
+            conn.sendall(b"ok")
+            conn.close()
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        result = grade_hostile("socket_oracle.py", "time_per_token", isolation,
+                               fill={"__PORT__": server.getsockname()[1]})
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert accepted == []
+    assert_zero(result)
+    assert "Connection" in result["tests"][0]["output"] or "Network" in result["tests"][0]["output"]
+
+
+def test_a_fork_bomb_is_contained(isolation):
+    needs(isolation, "own_user", "cgroup")           # a process limit that holds
+    needs(isolation, "pid_namespace", "own_user")    # and nothing outside that it can reach
+    limits = Limits(test_seconds=0.5, submission_seconds=3, import_seconds=3)
+    result = grade_hostile("fork_bomb.py", "time_per_token", isolation, limits=limits)
+    assert result["status"] == "timeout"
+    assert_zero(result)
+    assert_grading_goes_on(isolation)
+
+
+def test_lingering_threads_and_atexit_handlers_do_not_hold_grading(isolation):
+    result = grade_hostile("linger_atexit.py", "softmax", isolation)
+    assert result["status"] == "ok" and result["score"] == result["max_score"]
+
+
+def test_magic_and_shell_lines_are_never_executed(isolation, tmp_path):
+    canary = tmp_path / "created-by-the-notebook"
+    result = grade_hostile("magics_and_shell.ipynb", "softmax", isolation, fill={"__CANARY__": canary})
+    assert result["score"] == result["max_score"]
+    assert not canary.exists()
+
+
+def test_a_pickle_payload_is_never_loaded(isolation):
+    marker = Path("/tmp/pwned-by-pickle")
+    existed = marker.exists()
+    result = grade_hostile("liar_objects.py", "kv_cache_bytes", isolation)
+    assert_zero(result)
+    assert marker.exists() == existed
+
+
+HANG_ON_ZERO = GOOD["kv_cache_bytes"].replace(
+    "    return 2 *", "    if n_tokens == 0:\n        BLOCK\n        while True:\n            pass\n    return 2 *")
+
+
+@pytest.mark.parametrize("block", ["pass", "import signal; signal.signal(signal.SIGALRM, signal.SIG_IGN)"],
+                         ids=["harness-timer", "grader-watchdog"])
+def test_a_hang_on_one_input_costs_that_test_only(isolation, block):
+    """The harness's timer stops the call, or (timer disabled) the grader kills the sandbox and
+    relaunches it for the tests after: either way the other tests keep their points."""
+    sandbox_for(isolation)
+    result = grade_text(HANG_ON_ZERO.replace("BLOCK", block), "kv_cache_bytes", isolation=isolation)
+    assert result["status"] == "timeout"
+    failed = [t for t in result["tests"] if t["status"] == "failed"]
+    assert [t["name"] for t in failed] == ["no tokens cached yet (T = 0) gives 0"]
+    assert "took longer than 0.5 s" in failed[0]["output"]
+    assert result["score"] == result["max_score"] - failed[0]["max_score"]
+
+
+def test_junk_on_the_results_channel_costs_nothing_and_breaks_nothing(isolation):
+    """Unhashable test ids and unknown kinds once made the grader itself fail (grader_error)."""
+    result = grade_hostile("channel_bad_ids.py", "kv_cache_bytes", isolation)
+    assert result["status"] == "ok", result["output"]
+    assert result["score"] == result["max_score"]
+
+
+def test_words_put_on_the_results_channel_stay_out_of_the_feedback(isolation):
+    import json
+    result = grade_hostile("channel_text_injection.py", "max_batch", isolation)
+    assert result["status"] != "grader_error"
+    assert_zero(result)
+    assert "ALL TESTS PASSED" not in result["output"]          # no fake import failure, no fake count
+    assert not any("timed out on ALL" in t["output"] for t in result["tests"])
+    assert all(len(t["output"]) <= 2_000 for t in result["tests"])
+    assert len(json.dumps(result)) < 60_000
+
+
+def test_start_messages_from_the_submission_do_not_renew_a_tests_deadline(isolation):
+    """A hang on one input that keeps writing "start" on the channel still costs that test only
+    (it used to keep the sandbox alive until the whole submission's budget was gone)."""
+    result = grade_hostile("channel_deadline_renewal.py", "kv_cache_bytes", isolation)
+    assert result["status"] == "timeout"
+    failed = [t for t in result["tests"] if t["status"] == "failed"]
+    assert [t["name"] for t in failed] == ["no tokens cached yet (T = 0) gives 0"], \
+        [(t["name"], t["output"]) for t in failed]
+    assert "took longer than 0.5 s" in failed[0]["output"]
+
+
+SMALL_MEMORY = Limits(memory_bytes=256 << 20, tmpfs_bytes=16 << 20, test_seconds=4, submission_seconds=20)
+
+
+def test_forked_children_share_one_memory_limit(isolation):
+    """Six children of 200 MiB each, under a 256 MiB limit: RLIMIT_AS alone let them all have it
+    (1.2 GiB; with the 2 GiB default and 64 processes, far more than the machine)."""
+    needs(isolation, "cgroup")
+    result = grade_hostile("fork_memory.py", "time_per_token", isolation, limits=SMALL_MEMORY,
+                           fill={"__CHUNK__": 200 << 20})
+    assert_zero(result)
+    assert result["runs"] and all(r["cgroup"] for r in result["runs"])
+    assert any("memory" in t["output"] for t in result["tests"]) or "memory limit" in result["output"]
+    assert_grading_goes_on(isolation)
+
+
+def test_memory_held_in_anonymous_files_counts_too(isolation):
+    """80 memfds of 8 MiB (640 MiB) under a 256 MiB limit: no per-process limit sees them."""
+    needs(isolation, "cgroup")
+    result = grade_hostile("memfd_memory.py", "time_per_token", isolation, limits=SMALL_MEMORY,
+                           fill={"__COUNT__": 80})
+    assert_zero(result)
+    assert "memory" in result["output"] + " ".join(t["output"] for t in result["tests"])
+
+
+def test_the_memory_limit_said_is_the_one_used(isolation):
+    """The feedback said "the limit is 2 GiB" whatever --memory was."""
+    result = grade_hostile("memory_bomb.py", "time_per_token", isolation,
+                           limits=Limits(memory_bytes=384 << 20, test_seconds=5, submission_seconds=30))
+    assert_zero(result)
+    assert any("384 MiB" in t["output"] for t in result["tests"]), [t["output"] for t in result["tests"]]
+
+
+def test_a_sigalrm_the_submission_sends_itself_is_not_a_timeout(isolation):
+    """It used to end every test as "took longer than 0.5 s" after a few milliseconds (and the
+    give-up rule then skipped the rest)."""
+    result = grade_hostile("self_alarm.py", "kv_cache_bytes", isolation)
+    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
+    assert result["score"] == result["max_score"]
+
+
+def test_proc_leads_nowhere_outside_the_sandbox(isolation, tmp_path, monkeypatch):
+    """The grader's environment and the host's files, through /proc/*/environ, /proc/*/root and
+    /proc/*/cwd: nothing of them is reachable."""
+    needs(isolation, "file_view")
+    canary = tmp_path / "canary.txt"
+    canary.write_text("host file")
+    monkeypatch.setenv("KVGRADER_TEST_SECRET", "hunter2-9f3a")
+    result = grade_hostile("proc_escape.py", "time_per_token", isolation,
+                           fill={"__CANARY__": canary, "__SECRET__": "hunter2-9f3a"})
+    assert_zero(result)
+    assert "nothing outside the sandbox was reachable" in result["tests"][0]["output"]
+
+
+def test_the_corpus_is_all_graded_here():
+    """Every file of the corpus is graded by a test of this suite (a new attack cannot be left out)."""
+    source = Path(__file__).read_text()
+    for path in HOSTILE.iterdir():
+        if path.suffix in (".py", ".ipynb"):
+            assert f'"{path.name}"' in source, f"{path.name} is in the corpus but no test grades it"
