@@ -270,9 +270,11 @@ def test_page(page_path, site, base_url, browser, screenshots):
         info = page.evaluate(COLLECT_JS)
         widgets = page.evaluate(WIDGETS_JS)
         exercised = exercise_controls(page)
+        after = screenshots / screenshot_name(page_path).replace(".png", "__controls.png")
         if exercised["controls"]:
-            page.screenshot(path=str(screenshots / screenshot_name(page_path).replace(".png", "__controls.png")),
-                            full_page=True)
+            page.screenshot(path=str(after), full_page=True)
+        else:
+            after.unlink(missing_ok=True)
     finally:
         page.close()
 
