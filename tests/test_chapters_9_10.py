@@ -444,3 +444,25 @@ def test_public_check_data_agrees_with_the_machine():
             want[int(address):int(address) + len(values)] = values
         assert machine.ext.tolist() == want, key
         assert cycles.cycle_counts(attn.attention_tail(L, P)).total == case["tail_cycles"], key
+
+
+def test_ch10_saves_the_cycles_widget_for_the_site(ch10):
+    """The widget's data is the cycle model's, split where the scratchpad plan ends: by unit up to
+    32 tokens, in the "past 32" parts after; the page saves its state (the site draws it)."""
+    nb, _ = ch10
+    views = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json"
+             in o.get("data", {})]
+    assert len(views) == 1 and "SeriesExplorer(value=32, choice='all')" in views[0]["data"]["text/plain"]
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    data = next(m["state"]["data"] for m in state.values()
+                if m["state"].get("_anywidget_id", "").endswith("SeriesExplorer"))
+    assert data["x"] == list(range(1, 65)) and data["ratio"] == ["recompute", "cached"]
+    units = ["matrix", "DMA", "vector", "issue"]
+    assert data["parts"] == units + [f"{u} past 32" for u in units]
+    for variant, values in data["values"].items():
+        totals = [sum(values[p][k] for p in data["parts"]) for k in range(64)]
+        within = [sum(values[u][k] for u in units) for k in range(64)]
+        assert within[32:] == [0] * 32 and totals[:32] == within[:32]
+        assert sum(totals[:32]) == {"cached": 124_346, "recompute": 295_184}[variant]
+        for L in (2, 4, 8, 16, 32):
+            assert totals[L - 1] == PUBLISHED_CYCLES[(L, variant)][1]
