@@ -35,7 +35,11 @@ def _tail(fn, case) -> list:
 
 
 def _machine():
-    import ga2
+    try:
+        import ga2
+    except ImportError:
+        raise AssertionError("GA-2's simulator (the ga2 package) cannot be imported here: run these checks "
+                             "in the exercise notebook, in the course's environment") from None
     if "requant" in ga2.missing():
         raise AssertionError("the simulator has no requantizer yet: finish the requant exercise (chapter 9), then "
                              "run ga2.install_from('requant.ipynb') in this notebook and these checks again")
