@@ -109,20 +109,36 @@ def matrix(M, digits: int = 4, row_label: str = "", col_label: str = "", masked=
 
 
 class GradedSourceError(ValueError):
-    """show_source was asked for a function that an exercise grades."""
+    """show_source was asked for a function that an exercise grades, or for the engine's own
+    implementation of one (an exercise's counterpart, such as the machine's requantizer)."""
 
 
 def graded_names() -> frozenset[str]:
-    """The functions the exercises grade (from the grader's registry)."""
-    from graders.answer_leaks import graded_functions
-    return graded_functions()
+    """The functions the exercises grade and the engine's implementations of them."""
+    from graders.answer_leaks import protected_names
+    return protected_names()
+
+
+def _counterpart_of(fn):
+    """The exercise whose answer ``fn`` implements (a counterpart in the registry), or None."""
+    from graders.answer_leaks import counterparts
+    module = getattr(fn, "__module__", "") or ""
+    qualname = getattr(fn, "__qualname__", "") or ""
+    for part in counterparts():
+        if (part.qualname and part.module == module and part.qualname == qualname) or part.covers_module(module):
+            return part
+    return None
 
 
 def show_source(fn) -> None:
     """Print the source of an engine function, the code that runs on this page.  A function an
-    exercise grades is refused: a chapter teaches it by its maths and its results, and links to
-    the exercise."""
+    exercise grades is refused, and so is the engine's own implementation of one: a chapter
+    teaches it by its maths and its results, and links to the exercise."""
     name = getattr(fn, "__name__", "")
     if name in graded_names():
         raise GradedSourceError(f"{name} is graded by an exercise: a chapter never shows its source")
+    part = _counterpart_of(fn)
+    if part is not None:
+        raise GradedSourceError(f"{part.spec} implements the answer of the exercise {part.exercise} "
+                                f"(chapter {part.chapter}): a chapter never shows its source")
     print(inspect.getsource(fn))

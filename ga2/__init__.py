@@ -13,6 +13,8 @@ The contract is ``ga2-spec.md`` (the machine).  Modules, one concept each:
     mutants      mutation testing of the program builder (``python -m ga2.mutants``)
     study        where the accuracy goes (``python -m ga2.study``)
     report       the seed-style tables (``python -m ga2``)
+    parts        the parts a learner builds (the requantizer, the attention tail) and
+                 ``install(requant=...)``, which puts yours into the machine
     rtl          GA-2 as a circuit: synthesizable Verilog, run in Icarus and Verilator against the
                  machine (``python -m ga2.rtl``; a package of its own, imported on demand)
 """
@@ -20,6 +22,8 @@ The contract is ``ga2-spec.md`` (the machine).  Modules, one concept each:
 # The library modules come with the package; mutants, study and report are programs too
 # (python -m ga2.mutants, ...), so they are imported on demand: importing them here would
 # make ``python -m`` run a second copy.
-from . import isa, machine, quant, softmax, plan, attn, checks  # noqa: E402,F401
+from . import isa, machine, quant, softmax, plan, attn, checks, parts  # noqa: E402,F401
+from .parts import install, install_from, missing, uninstall  # noqa: E402,F401
 
-__all__ = ["isa", "machine", "quant", "softmax", "plan", "attn", "checks"]
+__all__ = ["isa", "machine", "quant", "softmax", "plan", "attn", "checks", "parts",
+           "install", "install_from", "uninstall", "missing"]

@@ -52,7 +52,7 @@ from .quant import mantissa_shift, quantize, scale_for
 __all__ = [
     "DM", "D", "MAX_TOKENS", "VARIANTS", "EXT_PLAN", "SPAD_PLAN",
     "SOFTMAX_INPUT_ONE", "PROB_ONE", "WEIGHT_ONE",
-    "make_example", "rq_params", "ext_image", "project", "attention_tail", "program",
+    "make_example", "rq_params", "ext_image", "project", "attention_tail", "head", "program",
     "ProgramRun", "DecodeStep", "sequence", "read_output",
     "rel_error", "int_reference", "stagewise_problems", "check_pipeline",
     "CycleRow", "cycle_table", "generation_cost", "cycle_breakdown", "default_params",
@@ -245,13 +245,20 @@ def program(L: int, variant: str, params: dict, beyond_plan: bool = False) -> li
     if L > MAX_TOKENS and not beyond_plan:
         raise ValueError(f"the memory plan holds {MAX_TOKENS} tokens, not {L}; pass beyond_plan=True "
                          f"to price a longer step with the cycle model (it cannot run correctly)")
+    return head(L, variant, params) + attention_tail(L, params) + [build("HALT")]
+
+
+def head(L: int, variant: str, params: dict) -> list:
+    """Everything before the attention tail: the program is ``head + attention_tail + HALT``.
+
+    After either head the scratchpad holds what the tail reads: the int8 query at SP_Q8 and
+    the L int8 rows of the key and value caches at SP_KC and SP_VC.
+    """
     if variant == "cached":
-        head = _cached_head(L, params)
-    elif variant == "recompute":
-        head = _recompute_head(L, params)
-    else:
-        raise ValueError(f"variant must be one of {VARIANTS}, not {variant!r}")
-    return head + attention_tail(L, params) + [build("HALT")]
+        return _cached_head(L, params)
+    if variant == "recompute":
+        return _recompute_head(L, params)
+    raise ValueError(f"variant must be one of {VARIANTS}, not {variant!r}")
 
 
 # ---------------------------------------------------------------- decoding token by token

@@ -17,8 +17,10 @@ as Python is read line by line: each ``def NAME(`` there is cut out with the lin
 under it and judged the same way; one that cannot be read at all counts as a leak.
 
 The graded names come from the grader's registry (``graders.registry``), so a new exercise is
-covered the day it is registered.  ``find_leaks(path)`` is the one call the tests and the
-release make.
+covered the day it is registered.  So do the names of the engine's own implementations of an
+answer, the exercise's ``counterparts`` (``"ga2.quant:requant"``: the requantizer the machine
+runs is the ``requant`` exercise): ``protected_names()`` is both, and the default of every
+function here.  ``find_leaks(path)`` is the one call the tests and the release make.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-__all__ = ["Leak", "graded_functions", "leaks_in_source", "leaks_in_text", "leaks_in_notebook",
+__all__ = ["Leak", "graded_functions", "Counterpart", "counterparts", "protected_names", "leaks_in_source", "leaks_in_text", "leaks_in_notebook",
            "leaks_in_html", "find_leaks", "describe"]
 
 
@@ -50,6 +52,58 @@ def graded_functions() -> frozenset[str]:
     """Every function name an exercise of the grader's registry grades."""
     from . import registry
     return frozenset(fn for name in registry.names() for fn in registry.get(name).functions)
+
+
+@dataclass(frozen=True)
+class Counterpart:
+    """What in the course's packages implements an exercise's answer.
+
+    ``module`` is a dotted module name; ``qualname`` the function in it (``"requant"``,
+    ``"Class.method"``), or "" when the whole module (or sub-package) is the counterpart.
+    """
+
+    exercise: str
+    chapter: int
+    module: str
+    qualname: str = ""
+
+    @property
+    def name(self) -> str:
+        """The function's own name (the last part of ``qualname``), "" for a module."""
+        return self.qualname.rsplit(".", 1)[-1]
+
+    @property
+    def spec(self) -> str:
+        return f"{self.module}:{self.qualname}" if self.qualname else self.module
+
+    def covers_module(self, module: str) -> bool:
+        """A module counterpart covers its module and everything below it."""
+        return not self.qualname and (module == self.module or module.startswith(self.module + "."))
+
+    @classmethod
+    def parse(cls, spec: str, exercise: str, chapter: int) -> "Counterpart":
+        module, _, qualname = spec.partition(":")
+        parts = module.split(".") + (qualname.split(".") if qualname else [])
+        if not module or not all(p.isidentifier() for p in parts) or spec.count(":") > 1 or spec.endswith(":"):
+            raise ValueError(f"exercise {exercise}: counterpart {spec!r} is not 'package.module' "
+                             "or 'package.module:function'")
+        return cls(exercise, chapter, module, qualname)
+
+
+def counterparts() -> tuple[Counterpart, ...]:
+    """Every exercise's counterparts, as the registry declares them."""
+    from . import registry
+    found = []
+    for name in registry.names():
+        exercise = registry.get(name)
+        found += [Counterpart.parse(spec, name, exercise.chapter) for spec in exercise.counterparts]
+    return tuple(found)
+
+
+def protected_names() -> frozenset[str]:
+    """The graded functions and the engine's implementations of them (function counterparts):
+    the names whose definitions must be starters wherever a learner reads them."""
+    return graded_functions() | {c.name for c in counterparts() if c.qualname}
 
 
 # ---------------------------------------------------------------- Python source
@@ -91,7 +145,7 @@ def _strip_magics(source: str) -> str:
 
 def leaks_in_source(source: str, file: str, where: str = "", names: frozenset[str] | None = None) -> list[Leak]:
     """Leaks in a piece of Python (a module, a code cell)."""
-    names = graded_functions() if names is None else names
+    names = protected_names() if names is None else names
     try:
         tree = ast.parse(_strip_magics(source))
     except SyntaxError:
@@ -115,7 +169,7 @@ def leaks_in_text(text: str, file: str, where: str = "", names: frozenset[str] |
     Each ``def NAME(`` line of a graded NAME is cut out with the lines below it that are blank or
     indented deeper, dedented and parsed on its own.
     """
-    names = graded_functions() if names is None else names
+    names = protected_names() if names is None else names
     lines = text.splitlines()
     prefix = f"{where}, " if where else ""
     leaks = []
@@ -175,7 +229,7 @@ def _output_texts(cell: dict):
 
 def leaks_in_notebook(nb: dict, file: str, names: frozenset[str] | None = None) -> list[Leak]:
     """Leaks in a notebook's code cells, its Markdown's fenced code and its outputs."""
-    names = graded_functions() if names is None else names
+    names = protected_names() if names is None else names
     leaks = []
     for number, cell in enumerate(nb.get("cells", []) or []):
         if not isinstance(cell, dict):
@@ -221,7 +275,7 @@ class _PreBlocks(HTMLParser):
 
 def leaks_in_html(page: str, file: str, names: frozenset[str] | None = None) -> list[Leak]:
     """Leaks in every <pre> block of an HTML page."""
-    names = graded_functions() if names is None else names
+    names = protected_names() if names is None else names
     parser = _PreBlocks()
     parser.feed(page)
     parser.close()
@@ -234,7 +288,7 @@ def leaks_in_html(page: str, file: str, names: frozenset[str] | None = None) -> 
 def find_leaks(path: str | Path, names: frozenset[str] | None = None) -> list[Leak]:
     """Every leak in a file or, recursively, in a folder: ``.py`` files, notebooks, HTML pages
     and Markdown files (their fenced code)."""
-    names = graded_functions() if names is None else names
+    names = protected_names() if names is None else names
     path = Path(path)
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     leaks = []

@@ -8,7 +8,9 @@ what defines the answer, top to bottom, in cell order:
   the name stays undefined and the feedback says which import failed);
 - ``def`` and ``class`` statements, with their decorators;
 - simple top-level assignments: constants (``EPS = 1e-12``, ``SCALE = np.sqrt(2)``), aliases
-  (``softmax = my_softmax``) and, for the names the exercise asks for, anything.
+  (``softmax = my_softmax``) and, for the names the exercise asks for, anything; a constant that
+  calls a module (``P = ga2.attn.rq_params(ex)``) is left undefined, not fatal, when that module
+  is missing in the sandbox.
 
 Everything else at top level (calls, loops, prints, ``run_checks(...)``) is dropped, so the
 answer is found by the function names the exercise asks for and the last definition wins.
@@ -310,6 +312,11 @@ def _simple_value(value, modules: set[str]) -> bool:
     return True
 
 
+def _calls_a_module(value, modules: set[str]) -> bool:
+    """The value calls a function of an imported module (``ga2.quant.mantissa_shift(x)``)."""
+    return any(isinstance(n, ast.Call) and _root_name(n.func) in modules for n in ast.walk(value))
+
+
 def _bound_names(node) -> list[str]:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [node.name]
@@ -398,7 +405,12 @@ def _extract_statements(statements, notes: list[str], functions: set[str], exerc
             names = _bound_names(node)
             if not (set(names) & functions) and not _simple_value(node.value, modules):
                 continue
-            emit(seg, label, first)
+            if set(names) & functions or not _calls_a_module(node.value, modules):
+                emit(seg, label, first)
+            else:   # a module the sandbox lacks leaves its import's names, and so this value, undefined
+                emit(["try:"], label, first)
+                emit(["    " + l for l in seg], label, first)
+                emit(["except NameError:", "    pass"], label, first)
             for n in names:
                 definitions[n] = where
             kept += 1

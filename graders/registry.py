@@ -68,11 +68,18 @@ class Test:
 
 @dataclass(frozen=True)
 class Exercise:
+    """One exercise.  ``counterparts`` names what in the course's own packages implements (or
+    quotes) the answer, so that no page prints it and the learner's copy ships none of it
+    (``graders.answer_leaks``, ``coursebook.show_source``, ``make release``):
+    ``"package.module:function"`` (``"module:Class.method"``) is turned into a starter in the
+    release, ``"package.module"`` (a module or a whole sub-package) is left out of it."""
+
     name: str
     chapter: int
     functions: tuple[str, ...]
     make_tests: Callable[[], list[Test]] = field(compare=False)
     title: str = ""
+    counterparts: tuple[str, ...] = ()
 
 
 class UnknownExercise(KeyError):

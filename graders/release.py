@@ -11,8 +11,12 @@
   exercise), and warns when a starter cell does not raise ``NotImplementedError``.
 - ``public_checks/``: the checks the exercise notebooks run, with the expected values they compare
   answers with (``public_checks/data``), and any other course package the exercises or the checks
-  import, so the notebooks run as they are.  Today that is ``public_checks`` alone: the checks
-  import nothing of the course, and the engine (``kvcache``) is never needed by an exercise.
+  import, so the notebooks run as they are: ``ga2``, the machine the GA-2 exercises program (the
+  engine ``kvcache`` is never needed by an exercise).  A shipped package loses what implements an
+  answer, as the exercises' ``counterparts`` declare it: a function counterpart becomes a starter
+  (its signature, the first paragraph of its docstring, which exercise builds it and how to put the
+  learner's own in its place, then ``raise NotImplementedError``), a module counterpart is left
+  out (``ga2/rtl``: the circuit's Verilog implements the requantizer too).
 - ``README.md``, ``pyproject.toml`` (``pip install -e .`` makes ``public_checks`` importable from
   any notebook), ``MANIFEST.txt`` (every file with its SHA-256).
 
@@ -33,11 +37,12 @@ import json
 import os
 import shutil
 import tempfile
+import textwrap
 from pathlib import Path
 
-from .answer_leaks import describe, find_leaks
+from .answer_leaks import Counterpart, counterparts, describe, find_leaks, is_starter
 
-__all__ = ["ReleaseError", "make_release"]
+__all__ = ["ReleaseError", "make_release", "starter_source"]
 
 MARKER = ".kvcourse-release"
 NEVER = ("solutions", "graders")          # folders never shipped
@@ -185,13 +190,101 @@ def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) 
             queue |= _imports(src.read_text(encoding="utf-8"))
     for name in packages:
         _copy_tree(root / name, tmp / name)
+        report += _strip_counterparts(tmp, name)
     report.append(f"packages: {', '.join(packages)}")
+    shipped = sorted(str(init.parent.relative_to(tmp)).replace(os.sep, ".")
+                     for name in packages for init in (tmp / name).rglob("__init__.py"))
     (tmp / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "kv-cache-course-learner"\nversion = "0.1.0"\nrequires-python = ">=3.10"\n'
         'dependencies = ["numpy>=1.26", "matplotlib>=3.8", "jupyterlab>=4.2", "ipywidgets>=8.1"]\n\n'
-        f'[tool.setuptools]\npackages = {json.dumps(sorted(set(packages)))}\n\n'
+        f'[tool.setuptools]\npackages = {json.dumps(shipped)}\n\n'
         '[tool.setuptools.package-data]\npublic_checks = ["data/*.json"]\n', encoding="utf-8")
+
+
+def _module_path(tmp: Path, module: str) -> Path | None:
+    """The file (``a/b.py``) or package folder (``a/b/``) of a dotted module in the copy, if any."""
+    base = tmp.joinpath(*module.split("."))
+    if base.is_dir():
+        return base
+    return base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
+
+
+def _find_function(tree: ast.Module, qualname: str):
+    """The (async) function definition at ``qualname`` ("f", "Class.method") in a module's tree."""
+    scope, node = tree.body, None
+    for part in qualname.split("."):
+        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                     and n.name == part), None)
+        if node is None:
+            return None
+        scope = node.body
+    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def _offers_install(tmp: Path, package: str) -> bool:
+    """The package has an ``install`` at its top (``ga2.install``): the way a learner plugs an answer in."""
+    init = tmp / package / "__init__.py"
+    try:
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return False
+    return any((isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "install")
+               or (isinstance(n, ast.ImportFrom) and any((a.asname or a.name) == "install" for a in n.names))
+               for n in tree.body)
+
+
+def starter_source(source: str, part: Counterpart, install_hint: str = "") -> str:
+    """``source`` with the function ``part.qualname`` turned into a starter: the same signature and
+    decorators, the first paragraph of its docstring, which exercise builds it, and one
+    ``raise NotImplementedError``."""
+    tree = ast.parse(source)
+    fn = _find_function(tree, part.qualname)
+    if fn is None:
+        raise ReleaseError(f"counterpart {part.spec} (exercise {part.exercise}): no function {part.qualname} in "
+                           f"{part.module}")
+    doc = (ast.get_docstring(fn) or "").split("\n\n")[0].strip()
+    told = (f"{part.module}.{part.qualname} is the exercise {part.exercise} of chapter {part.chapter}: write it "
+            f"in exercises/{part.exercise}.ipynb{install_hint}.")
+    fields = {"name": fn.name, "args": fn.args, "body": [ast.Expr(ast.Constant(...))],
+              "decorator_list": fn.decorator_list, "returns": fn.returns, "type_comment": None,
+              "type_params": getattr(fn, "type_params", [])}
+    signature = ast.unparse(ast.fix_missing_locations(type(fn)(**{f: fields[f] for f in type(fn)._fields if f in fields})))
+    signature = signature.rsplit("\n", 1)[0]                       # the decorators and the def line
+    told_lines = textwrap.wrap(told, 88, break_on_hyphens=False)
+    told_lines0 = textwrap.wrap(told, 76, break_on_hyphens=False)
+    docstring = [f'    """{doc}' if doc else f'    """{told_lines.pop(0)}'] + ([""] if doc else [])
+    docstring += [f"    {line}".rstrip() for line in told_lines] + ['    """']
+    message = [f"        {line + ' ' if k < len(told_lines0) - 1 else line!r}"
+               for k, line in enumerate(told_lines0)]
+    text = "\n".join([signature] + docstring + ["    raise NotImplementedError("] + message + ["    )"])
+    text = textwrap.indent(text, " " * fn.col_offset)
+    lines = source.splitlines(keepends=True)
+    first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
+    return "".join(lines[:first - 1]) + text + "\n" + "".join(lines[fn.end_lineno:])
+
+
+def _strip_counterparts(tmp: Path, package: str) -> list[str]:
+    """Turn the package's function counterparts into starters and leave its module counterparts out."""
+    lines = []
+    hint = ""
+    for part in counterparts():
+        if part.module.split(".")[0] != package:
+            continue
+        path = _module_path(tmp, part.module)
+        if part.qualname:
+            if path is None or path.is_dir():
+                raise ReleaseError(f"counterpart {part.spec} (exercise {part.exercise}): no module file for "
+                                   f"{part.module} in the copy")
+            if _offers_install(tmp, package):
+                hint = (f"; then {package}.install({part.name}=your_function), or "
+                        f"{package}.install_from(\"{part.exercise}.ipynb\"), puts yours in its place")
+            path.write_text(starter_source(path.read_text(encoding="utf-8"), part, hint), encoding="utf-8")
+            lines.append(f"  {part.module}.{part.qualname}: a starter (the exercise {part.exercise})")
+        elif path is not None:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            lines.append(f"  {part.module}: left out (it implements the answer of {part.exercise})")
+    return lines
 
 
 def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
@@ -211,7 +304,28 @@ def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
     report.append(f"book: the built site, {count} pages (open book/index.html)")
 
 
+MACHINE_README = """
+## GA-2, the machine of chapters 9 to 11
+
+`ga2/` is the accelerator the last chapters program, with two of its parts left for you: the
+requantizer every `RQ` instruction runs (the exercise `requant`, chapter 9) and the attention tail
+of the decode step (the exercise `attention_tail`, chapter 10).  Until you put yours in, the
+simulator refuses to run an `RQ` and says which exercise builds it.  Once an exercise passes its
+public checks, plug your function into the machine, in any notebook:
+
+```python
+import ga2
+ga2.install_from("requant.ipynb")                 # the answer cell of your exercise notebook
+ga2.install(attention_tail=attention_tail)        # or a function of this notebook
+ga2.missing()                                     # the parts still to write
+```
+
+The chip you program then runs the requantizer you wrote: the `attention_tail` exercise runs on it.
+"""
+
+
 def _write_readme(tmp: Path, report: list[str]) -> None:
+    machine = MACHINE_README if (tmp / "ga2").is_dir() else ""
     book = "book/index.html" if (tmp / "book").exists() else "(not included: see BOOK-NOT-INCLUDED.txt)"
     (tmp / "README.md").write_text(f"""# The KV cache course: the learner's copy
 
@@ -228,7 +342,7 @@ python3 -m venv .venv && .venv/bin/pip install -e .
 Each exercise notebook has a statement, a starter cell to fill in, and public checks you run in
 place ("public tests passed; hidden tests run at grading").  Hand in the notebook as it is:
 the grade comes from hidden tests your course runs on it.
-""", encoding="utf-8")
+{machine}""", encoding="utf-8")
     (tmp / MARKER).write_text("made by python -m graders release\n", encoding="utf-8")
 
 
@@ -247,6 +361,16 @@ def _verify(root: Path, tmp: Path) -> None:
             raise ReleaseError(f"the release would contain {rel}: refusing")
         if path.is_file() and path.stat().st_size > 64 and _sha(path) in secret:
             raise ReleaseError(f"the release would contain {rel}, a copy of a file of solutions/ or graders/")
+    for part in counterparts():
+        path = _module_path(tmp, part.module)
+        if path is None:
+            continue
+        if not part.qualname:
+            raise ReleaseError(f"the release would contain {part.module}, which implements the answer of "
+                               f"{part.exercise}")
+        fn = _find_function(ast.parse(path.read_text(encoding="utf-8")), part.qualname) if path.is_file() else None
+        if fn is not None and not is_starter(fn):
+            raise ReleaseError(f"the release would contain {part.spec}, the implementation of {part.exercise}")
     leaks = find_leaks(tmp)
     if leaks:
         raise ReleaseError("the release would contain the implementation of a graded function "

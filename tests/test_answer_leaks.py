@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from graders import registry
-from graders.answer_leaks import (find_leaks, graded_functions, leaks_in_html, leaks_in_notebook, leaks_in_source,
-                                  leaks_in_text)
+from graders.answer_leaks import (Counterpart, counterparts, find_leaks, graded_functions, leaks_in_html,
+                                  leaks_in_notebook, leaks_in_source, leaks_in_text, protected_names)
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = frozenset({"softmax", "attend_step"})
@@ -105,4 +105,47 @@ def test_what_learners_get_has_no_answer_and_the_engine_has_them_all():
         assert find_leaks(ROOT / folder) == [], folder
     # the scanner sees the engine's and the solutions' implementations: every graded name, once each
     assert {leak.name for leak in find_leaks(ROOT / "solutions")} == graded_functions()
-    assert {leak.name for leak in find_leaks(ROOT / "kvcache")} == graded_functions()
+    engines = find_leaks(ROOT / "kvcache") + find_leaks(ROOT / "ga2")
+    assert {leak.name for leak in engines} == graded_functions()
+
+
+def test_every_counterpart_exists_where_it_is_declared():
+    """A counterpart names a real function (or module) of the course's packages, so that the
+    release and the pages guard what is really there; each function counterpart is found as a
+    leak in its own file and nowhere a learner reads."""
+    import importlib
+    parts = counterparts()
+    assert {"ga2.quant:requant", "ga2.attn:attention_tail", "ga2.rtl", "ga2.mutants"} <= {c.spec for c in parts}
+    for part in parts:
+        module = importlib.import_module(part.module)
+        if part.qualname:
+            target = module
+            for attr in part.qualname.split("."):
+                target = getattr(target, attr)
+            assert callable(target), part.spec
+            path = Path(module.__file__)
+            assert any(leak.name == part.name for leak in find_leaks(path)), part.spec
+        assert registry.get(part.exercise).chapter == part.chapter
+    assert protected_names() == graded_functions() | {c.name for c in parts if c.qualname}
+
+
+def test_counterparts_are_parsed_strictly():
+    assert Counterpart.parse("ga2.quant:requant", "requant", 9).name == "requant"
+    assert Counterpart.parse("pkg.mod:Class.method", "x", 1).name == "method"
+    module = Counterpart.parse("ga2.rtl", "requant", 9)
+    assert module.covers_module("ga2.rtl.circuit") and module.covers_module("ga2.rtl")
+    assert not module.covers_module("ga2.rtlx") and not module.qualname
+    for bad in ("", "ga2.quant:", "ga2:quant:requant", "ga2.quant:re-quant", "2ga.quant"):
+        with pytest.raises(ValueError, match="counterpart"):
+            Counterpart.parse(bad, "x", 1)
+
+
+def test_a_counterpart_with_another_name_is_a_leak_too(monkeypatch):
+    """An engine function that implements an answer under its own name is guarded by that name."""
+    fake = registry.Exercise("fake", 9, ("answer_fn",), lambda: [], counterparts=("engine.kernel:helper_impl",))
+    real_get, real_names = registry.get, registry.names
+    monkeypatch.setattr(registry, "names", lambda: real_names() + ("fake",))
+    monkeypatch.setattr(registry, "get", lambda name: fake if name == "fake" else real_get(name))
+    assert {"answer_fn", "helper_impl"} <= protected_names()
+    assert [leak.name for leak in leaks_in_source("def helper_impl(x):\n    return x\n", "k.py")] == ["helper_impl"]
+    assert leaks_in_source("def helper_impl(x):\n    raise NotImplementedError\n", "k.py") == []

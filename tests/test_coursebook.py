@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 from html.parser import HTMLParser
 
 import numpy as np
@@ -132,3 +133,23 @@ def test_importing_coursebook_imports_no_numpy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_show_source_refuses_the_engines_implementation_of_an_answer(capsys):
+    """The machine's requantizer is the requant exercise, under any name it is reached by; a module
+    counterpart (the circuit, for the requantizer) is refused whole; the rest of ga2 is shown."""
+    import ga2
+    from ga2.rtl import circuit
+    from ga2.quant import mantissa_shift, requant
+    alias = ga2.machine.requant
+    for answer in (requant, alias, ga2.attn.attention_tail):
+        with pytest.raises(GradedSourceError):
+            show_source(answer)
+    renamed = types.FunctionType(requant.__code__, requant.__globals__, "rq_renamed")
+    renamed.__qualname__ = "requant"
+    with pytest.raises(GradedSourceError, match="ga2.quant:requant implements the answer of the exercise requant"):
+        show_source(renamed)
+    with pytest.raises(GradedSourceError, match="ga2.rtl implements the answer of the exercise requant"):
+        show_source(circuit.run)
+    show_source(mantissa_shift)
+    assert capsys.readouterr().out.startswith("def mantissa_shift(x: float)")

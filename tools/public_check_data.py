@@ -298,11 +298,131 @@ def prefill_time_data() -> dict:
     ])}
 
 
+# ---------------------------------------------------------------- GA-2: the requantizer and the attention tail
+
+
+def ref_requant(acc, m, s, *, rounding="away", low=-127, exact=True) -> int:
+    """sat(round(acc * m / 2^s)) as an exact fraction; the keywords give the common mistakes:
+    ``rounding`` "even" (Python's round) or "up" (floor(x + 1/2)), ``low`` -128, ``exact=False``
+    for a float64 product."""
+    x = Fraction(acc * m, 2 ** s) if exact else Fraction(float(acc) * float(m) / 2.0 ** s)
+    if rounding == "even":
+        q = round(x)
+    elif rounding == "up":
+        q = math.floor(x + Fraction(1, 2))
+    else:
+        q = int(math.copysign(math.floor(abs(x) + Fraction(1, 2)), x))
+    return max(low, min(127, q))
+
+
+def requant_data() -> dict:
+    cases = {"weights": [(p, 16646144, 33) for p in (19054, 13940, 27724, 4818, 65536)],
+             "ties": [(5, 1 << 23, 24), (-5, 1 << 23, 24), (3, 1 << 23, 24), (-3, 1 << 23, 24)],
+             "saturation": [(1000, 1 << 23, 23), (-1000, 1 << 23, 23), (-128, 1 << 23, 23)]}
+    out = {}
+    for key, args in cases.items():
+        out[key] = {"args": [list(a) for a in args], "expected": [ref_requant(*a) for a in args],
+                    "mistakes": {"even": [ref_requant(*a, rounding="even") for a in args],
+                                 "up": [ref_requant(*a, rounding="up") for a in args],
+                                 "low128": [ref_requant(*a, low=-128) for a in args]}}
+    acc = [-2 ** 31, 2 ** 31 - 1, 12000, -12000, 30000, -30000, 0, 255, -4242, 65000]
+    m, s = 14805262, 34
+    out["array"] = {"acc": acc, "m": m, "s": s, "expected": [ref_requant(a, m, s) for a in acc]}
+    return out
+
+
+# The course's memory plan for the attention programs (words), and the step in integers.
+GA2_EXT = {"X": 0, "WQ": 512, "WK": 768, "WV": 1024, "KC": 2048, "VC": 2560, "OUT": 3072}
+GA2_SPAD = {"X": 0, "WQ": 512, "WK": 768, "WV": 1024, "KC": 1792, "VC": 2304, "Q": 2816, "Q8": 2832,
+            "S": 2848, "S8": 2880, "P": 2912, "W": 2944, "O": 2976, "O8": 2992, "KN": 3008, "VN": 3024}
+
+
+def _ga2_int8(v: float, scale: float) -> int:
+    x = v / scale
+    return max(-127, min(127, int(math.copysign(math.floor(abs(x) + 0.5), x))))
+
+
+def _ga2_params(x: float) -> tuple[int, int]:
+    """The requantizer's (m, s): 2^23 <= m < 2^24, m / 2^s nearest to x."""
+    s = 23 - math.floor(math.log2(x))
+    while Fraction(x) * 2 ** s >= 2 ** 24:
+        s -= 1
+    while Fraction(x) * 2 ** s < 2 ** 23:
+        s += 1
+    m = math.floor(Fraction(x) * 2 ** s + Fraction(1, 2))
+    return (2 ** 23, s - 1) if m == 2 ** 24 else (m, s)
+
+
+def _ga2_softmax(scores: list[int]) -> list[int]:
+    e = [math.floor(65536 * math.exp(-(max(scores) - x) / 16)) for x in scores]
+    return [(v * 65536 + sum(e) // 2) // sum(e) for v in e]
+
+
+def attention_case(L: int, rng_number: int) -> dict:
+    """One decode step of L tokens for the public checks: EXT before and after (as segments), the
+    course's cached head, the requantizer parameters and the course's tail's cycles."""
+    rng = np.random.default_rng(rng_number)
+    X = rng.normal(size=(L, 16)).tolist()
+    W = [rng.normal(scale=0.25, size=(16, 16)).tolist() for _ in range(3)]
+    mat = lambda A, B: [[math.fsum(a * B[k][j] for k, a in enumerate(row)) for j in range(len(B[0]))] for row in A]  # noqa: E731
+    Q, K, V = mat(X, W[0]), mat(X, W[1]), mat(X, W[2])
+    q = Q[-1]
+    sc = [math.fsum(a * b for a, b in zip(q, k)) / 4.0 for k in K]
+    e = [math.exp(v - max(sc)) for v in sc]
+    out = [math.fsum(e[t] / math.fsum(e) * V[t][c] for t in range(L)) for c in range(16)]
+    peak = lambda rows: max(abs(v) for r in rows for v in r) / 127  # noqa: E731
+    sx, swq, swk, swv, sq, sk, sv, so = (peak(X), peak(W[0]), peak(W[1]), peak(W[2]), peak([q]), peak(K),
+                                         peak(V), peak([out]))
+    P = {"q": _ga2_params(sx * swq / sq), "k": _ga2_params(sx * swk / sk), "v": _ga2_params(sx * swv / sv),
+         "scores": _ga2_params(sq * sk / 4.0 * 16), "weights": _ga2_params(127 / 65536),
+         "out": _ga2_params(sv / (127 * so))}
+    x8 = [[_ga2_int8(v, sx) for v in r] for r in X]
+    w8 = [[[_ga2_int8(v, sc_) for v in r] for r in Wm] for Wm, sc_ in zip(W, (swq, swk, swv))]
+    rq = lambda acc, key: ref_requant(acc, *P[key])  # noqa: E731
+    proj = lambda x, Wm, key: [rq(sum(a * Wm[i][j] for i, a in enumerate(x)), key) for j in range(16)]  # noqa: E731
+    q8 = proj(x8[-1], w8[0], "q")
+    K8, V8 = [proj(x, w8[1], "k") for x in x8], [proj(x, w8[2], "v") for x in x8]
+    s8 = [rq(sum(a * b for a, b in zip(q8, k)), "scores") for k in K8]
+    wts = [rq(p, "weights") for p in _ga2_softmax(s8)]
+    out8 = [rq(sum(wts[t] * V8[t][c] for t in range(L)), "out") for c in range(16)]
+    before = {"0": [v for r in x8 for v in r], "512": [v for Wm in w8 for r in Wm for v in r],
+              "2048": [v for r in K8[:-1] for v in r], "2560": [v for r in V8[:-1] for v in r]}
+    after = {**before, "2048": [v for r in K8 for v in r], "2560": [v for r in V8 for v in r], "3072": out8}
+    E, S, row = GA2_EXT, GA2_SPAD, (L - 1) * 16
+    head = [{"op": "LD", "dst": S["X"], "src": E["X"] + row, "len": 16},
+            {"op": "LD", "dst": S["WQ"], "src": E["WQ"], "len": 768}]
+    if L > 1:
+        head += [{"op": "LD", "dst": S["KC"], "src": E["KC"], "len": row},
+                 {"op": "LD", "dst": S["VC"], "src": E["VC"], "len": row}]
+    for w, acc in (("WQ", "Q"), ("WK", "KN"), ("WV", "VN")):
+        head += [{"op": "MM", "dst": S[acc] + 4 * c, "A": S["X"], "B": S[w] + 4 * c, "M": 1, "K": 16, "N": 4,
+                  "tb": 0, "lda": 16, "ldb": 16, "ldc": 4} for c in range(4)]
+    for dst, src, key in ((S["Q8"], S["Q"], "q"), (S["KC"] + row, S["KN"], "k"), (S["VC"] + row, S["VN"], "v")):
+        head.append({"op": "RQ", "dst": dst, "src": src, "len": 16, "m": P[key][0], "s": P[key][1], "relu": 0})
+    head += [{"op": "ST", "src": S["KC"] + row, "dst": E["KC"] + row, "len": 16},
+             {"op": "ST", "src": S["VC"] + row, "dst": E["VC"] + row, "len": 16}]
+    tiles = [min(4, L - 4 * j) for j in range((L + 3) // 4)]
+    mm = lambda M, K, N: 2 + M * K + K * N + M * N + M + K + N + 5  # noqa: E731 - issue + wait, as the spec counts
+    tail_cycles = (sum(mm(1, 16, n) for n in tiles)          # the scores, up to 4 positions a tile
+                   + 2 * (2 + L + 2) + (2 + 16 + 2)         # RQ of the scores, the weights, the output
+                   + 2 + 3 * L + 47                         # SM
+                   + 4 * mm(1, L, 4)                        # weights times V, 4 columns a tile
+                   + 2 + 16 + 2)                            # ST of the output
+    return {"L": L, "P": {k: list(v) for k, v in P.items()}, "ext_before": before, "ext_after": after,
+            "head": head, "tail_cycles": tail_cycles}
+
+
+def attention_tail_data() -> dict:
+    return {"three": attention_case(3, 11), "one": attention_case(1, 12), "six": attention_case(6, 13),
+            "eight": attention_case(8, 14)}
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
     "arithmetic_intensity": arithmetic_intensity_data, "time_per_token": time_per_token_data,
-    "prefill_time": prefill_time_data, "blocked_decode": blocked_decode_data,
+    "prefill_time": prefill_time_data, "blocked_decode": blocked_decode_data, "requant": requant_data,
+    "attention_tail": attention_tail_data,
 }
 
 

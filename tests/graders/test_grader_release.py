@@ -38,7 +38,13 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
     leaks = find_leaks(out)
     assert not leaks, describe(leaks)
     assert not (out / "kvcache").exists() and not (out / "coursebook").exists() and not (out / "tools").exists()
-    assert "packages: public_checks\n" in proc.stdout + "\n"
+    assert "packages: public_checks, ga2\n" in proc.stdout + "\n"
+    # the machine the GA-2 exercises program, without what implements their answers
+    assert (out / "ga2" / "machine.py").exists() and not (out / "ga2" / "rtl").exists()
+    assert not (out / "ga2" / "mutants.py").exists()
+    assert not list(out.rglob("*.v")) and not list(out.rglob("*.sv"))
+    assert "ga2.quant.requant: a starter (the exercise requant)" in proc.stdout
+    assert "ga2.rtl: left out" in proc.stdout
     data = sorted(p.stem for p in (out / "public_checks" / "data").glob("*.json"))
     assert data == sorted(json.loads(nb.read_text())["metadata"]["kvcourse"]["exercise"]
                           for nb in (out / "exercises").glob("*.ipynb"))
@@ -153,3 +159,127 @@ def test_an_answer_anywhere_in_the_copy_stops_the_release(tmp_path):
         make_release(tmp_path / "out", root=root)
     (root / "public_checks" / "f.py").write_text(f"def {graded}(x):\n    raise NotImplementedError\n")
     assert "release written" in make_release(tmp_path / "out", root=root)[-1]
+
+
+def test_the_released_machine_refuses_until_the_learners_parts_are_installed(tmp_path):
+    """In the learner's copy alone, ga2 has no requantizer and no attention tail: the simulator
+    refuses an RQ and the program builder refuses to build, each naming its exercise, and the
+    public checks of attention_tail say what is missing.  Once the learner's requant (from their
+    exercise notebook) and tail are installed, whole decode loops give the course's outputs bit for
+    bit and the public checks pass; uninstalling puts the starters back."""
+    import ga2
+    from ga2 import attn
+    example = attn.make_example(7, 4)
+    want = [[step.cached.output, step.recompute.output] for step in attn.sequence(example)]
+    out = tmp_path / "release"
+    make_release(out, root=ROOT)
+    shutil.copy(ROOT / "solutions" / "requant.ipynb", out / "exercises" / "requant.ipynb")   # a learner's, done
+    tail_cell = next(c for c in json.loads((ROOT / "solutions" / "attention_tail.ipynb").read_text())["cells"]
+                     if "answer" in c["metadata"].get("tags", []))
+    code = textwrap.dedent(f"""
+        import json, os, sys
+        sys.path = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
+        sys.path.insert(0, {str(out)!r})
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("kvcache", "graders", "coursebook", "solutions", "tools"):
+                    raise ImportError("not in the learner's copy: " + name)
+        sys.meta_path.insert(0, Block())
+        import ga2
+        from ga2 import attn
+        from ga2.isa import build
+        from public_checks import evaluate
+        assert ga2.__file__.startswith({str(out)!r}), ga2.__file__
+        report = {{"missing": ga2.missing()}}
+        try:
+            ga2.machine.Machine().run([build("RQ", dst=0, src=0, len=4, m=1, s=0), build("HALT")])
+        except NotImplementedError as err:
+            report["rq"] = str(err)
+        try:
+            attn.program(3, "cached", attn.default_params())
+        except NotImplementedError as err:
+            report["program"] = str(err)
+        namespace = {{}}
+        exec({"".join(tail_cell["source"])!r}, namespace)
+        tail = namespace["attention_tail"]
+        report["checks_before"] = [(o.status, o.message) for o in evaluate("attention_tail", tail)]
+        os.chdir({str(out / "exercises")!r})
+        report["installed"] = ga2.install_from("requant.ipynb")
+        report["checks_after"] = [o.status for o in evaluate("attention_tail", tail)]
+        ga2.install(attention_tail=tail)
+        report["missing_after"] = ga2.missing()
+        steps = attn.sequence(attn.make_example(7, 4))
+        report["outputs"] = [[s.cached.output, s.recompute.output] for s in steps]
+        ga2.uninstall()
+        report["missing_again"] = ga2.missing()
+        print(json.dumps(report))
+    """)
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["missing"] == ["requant", "attention_tail"]
+    assert "exercise requant of chapter 9" in report["rq"] and "ga2.install(requant=" in report["rq"]
+    assert "exercise attention_tail of chapter 10" in report["program"]
+    assert all(status == "failed" and "no requantizer yet" in message
+               for status, message in report["checks_before"]), report["checks_before"]
+    assert report["installed"] == ["requant"] and report["checks_after"] == ["passed"] * 4
+    assert report["missing_after"] == [] and report["outputs"] == want
+    assert report["missing_again"] == ["requant", "attention_tail"]
+
+
+def test_a_counterpart_becomes_a_starter_that_names_its_exercise():
+    from graders.answer_leaks import Counterpart, leaks_in_source
+    from graders.release import starter_source
+    source = textwrap.dedent('''\
+        import functools
+
+
+        class Kernel:
+            @functools.lru_cache(maxsize=None)
+            def blocked(self, q, k: int = 4) -> float:
+                """Blocked attention.
+
+                The long story of how it works.
+                """
+                return q * k
+
+
+        def other():
+            return 1
+        ''')
+    part = Counterpart("blocked_decode", 8, "engine.kernel", "Kernel.blocked")
+    text = starter_source(source, part)
+    assert "The long story" not in text and "return q * k" not in text and "def other():\n    return 1" in text
+    assert "@functools.lru_cache(maxsize=None)\n    def blocked(self, q, k: int=4) -> float:" in text
+    assert "engine.kernel.Kernel.blocked is the exercise blocked_decode of chapter 8" in text
+    compile(text, "kernel.py", "exec")
+    assert leaks_in_source(text, "kernel.py", names=frozenset({"blocked"})) == []
+    with pytest.raises(ReleaseError, match="no function Kernel.missing"):
+        starter_source(source, Counterpart("x", 1, "engine.kernel", "Kernel.missing"))
+
+
+def test_the_release_check_refuses_a_counterpart_left_in(tmp_path, monkeypatch):
+    """Were the counterparts not stripped, the release's own check would stop it: an engine's
+    implementation of an answer, and a module that implements one (the circuit, the mutants)."""
+    import graders.release as release
+    from graders.answer_leaks import counterparts
+    strip = release._strip_counterparts
+    monkeypatch.setattr(release, "_strip_counterparts", lambda tmp, package: [])
+    with pytest.raises(ReleaseError, match=r"ga2\.(attn:attention_tail|quant:requant), the implementation of"):
+        make_release(tmp_path / "out", root=ROOT)
+    functions_only = tuple(c for c in counterparts() if c.qualname)
+    monkeypatch.setattr(release, "_strip_counterparts",
+                        lambda tmp, package: _strip_with(release, strip, functions_only, tmp, package))
+    with pytest.raises(ReleaseError, match=r"ga2\.(rtl|mutants), which implements the answer of"):
+        make_release(tmp_path / "out", root=ROOT)
+    assert not (tmp_path / "out").exists()
+
+
+def _strip_with(release, strip, parts, tmp, package):
+    """The release's own stripping, told of ``parts`` only."""
+    real = release.counterparts
+    release.counterparts = lambda: parts
+    try:
+        return strip(tmp, package)
+    finally:
+        release.counterparts = real

@@ -1,0 +1,89 @@
+"""Chapter 10's widget, cycles against context length, live in JupyterLab: the same module as on
+the site, with the kernel behind it.
+
+JupyterLab is started as tests/site/test_jupyterlab.py starts it (its fixture, given chapter 10),
+the chapter runs to its end in the kernel, and then: the reader moves the slider and picks a
+program, and the kernel's ``explorer`` holds what the page shows; a cell sets the widget's traits,
+and the page redraws.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import test_jupyterlab as jl
+
+CH10 = Path(__file__).resolve().parents[2] / "book" / "chapters" / "10_decode_on_ga2.ipynb"
+SHOWN_JS = r"""
+() => {
+  const w = document.querySelector('.cw-series');
+  return {value: w.querySelector('output').textContent, choice: w.querySelector('select').value,
+          rows: Array.from(w.querySelectorAll('table[data-table="step"] tbody tr')).map(tr => tr.cells[0].textContent),
+          total: Array.from(w.querySelectorAll('table[data-table="step"] tbody tr')).map(tr => tr.lastChild.textContent)};
+}
+"""
+
+
+@pytest.fixture
+def lab10(tmp_path, monkeypatch):
+    monkeypatch.setattr(jl, "CHAPTER", CH10)
+    yield from jl.lab.__wrapped__(tmp_path)
+
+
+def test_the_cycles_widget_works_in_jupyterlab(lab10, browser, screenshots):
+    base, log = lab10
+    problems: list[str] = []
+    page = browser.new_page()
+
+    def route(route_):
+        url = route_.request.url
+        if url.startswith(base) or url.startswith(("data:", "blob:")):
+            route_.continue_()
+        else:
+            problems.append(f"request that left 127.0.0.1 (blocked): {url}")
+            route_.abort("blockedbyclient")
+
+    page.route("**/*", route)
+    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console error: {msg.text}"))
+    page.on("pageerror", lambda err: problems.append(f"uncaught error: {err}"))
+    try:
+        page.goto(base + f"lab/tree/{CH10.name}", wait_until="load", timeout=jl.TIMEOUT_MS)
+        page.wait_for_function("() => window.jupyterapp && jupyterapp.shell.currentWidget && "
+                               "jupyterapp.shell.currentWidget.sessionContext && "
+                               "jupyterapp.shell.currentWidget.sessionContext.session && "
+                               "jupyterapp.shell.currentWidget.sessionContext.session.kernel",
+                               timeout=jl.TIMEOUT_MS)
+        page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.ready")
+        page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function(jl.ALL_RAN_JS, timeout=jl.TIMEOUT_MS)
+        assert page.evaluate(jl.ERRORS_JS) == [], "a cell of the chapter failed in JupyterLab"
+        widget = page.locator(".cw-series")
+        widget.wait_for(timeout=jl.TIMEOUT_MS)
+        widget.scroll_into_view_if_needed()
+        shown = page.evaluate(SHOWN_JS)
+        assert shown["value"] == "32" and shown["total"] == ["5,251 cycles", "15,989 cycles"]
+
+        # the reader moves the slider to its end and picks a program: the kernel knows
+        slider = widget.locator("input[type=range]")
+        slider.focus()
+        slider.press("End")
+        widget.locator("select").select_option("recompute")
+        page.wait_for_function("() => document.querySelector('.cw-series output').textContent === '64'",
+                               timeout=10_000)
+        said = page.evaluate(jl.KERNEL_RUN_JS, "print(explorer.value, explorer.choice, explorer.summary()['ratio'])")
+        assert said.split()[:2] == ["64", "recompute"], said
+        assert page.evaluate(SHOWN_JS)["rows"] == ["recompute"]
+
+        # a cell sets the traits: the widget redraws
+        said = page.evaluate(jl.KERNEL_RUN_JS, "explorer.value = 8; explorer.choice = 'all'; "
+                                               "print(explorer.summary()['step'][0][-1])")
+        assert said.strip() == "3,115 cycles", said
+        page.wait_for_function("() => document.querySelector('.cw-series output').textContent === '8'",
+                               timeout=10_000)
+        assert page.evaluate(SHOWN_JS)["total"] == ["3,115 cycles", "5,069 cycles"]
+        page.screenshot(path=str(screenshots / "jupyterlab__10_decode_on_ga2.png"))
+        page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    finally:
+        page.close()
+    assert not problems, "\n".join(problems) + f"\n(JupyterLab's log: {log})"
