@@ -28,8 +28,11 @@ def _cap(text: str, limit: int) -> str:
 
 
 def test_entry(name: str, points: float, passed: bool, message: str, visibility: str = "visible",
-               number: str | None = None) -> dict:
-    entry = {"name": name, "score": float(points if passed else 0.0), "max_score": float(points),
+               number: str | None = None, score: float | None = None) -> dict:
+    """One entry of ``tests``: all of its points when ``passed``, none otherwise, or ``score``
+    of them when given (partial credit: "caught 30 of 39")."""
+    score = float(points if passed else 0.0) if score is None else float(min(max(score, 0.0), points))
+    entry = {"name": name, "score": score, "max_score": float(points),
              "status": "passed" if passed else "failed",
              "output": _cap(message, MAX_TEST_OUTPUT) if message else ("passed" if passed else "failed"),
              "visibility": visibility}
