@@ -15,6 +15,12 @@ mutant is not run again, and the run stops once all three have (``stop_early``):
 verdicts are those of the full run, the work is not.  ``EQUIVALENT`` holds two
 changes that look like bugs and are not: no check should catch them.
 
+A mutant can also be made without the builder's text, from the module itself (a copy of the
+learner's ``ga2.attn`` whose attention tail is their own, say): ``rebuild`` copies a builder
+module with some of its names replaced, ``edit_programs`` wraps what its ``program`` returns,
+``edit_params`` what its ``rq_params`` returns.  ``judge_builder`` applies the three checks to
+any builder module, however it was made.
+
     python -m ga2.mutants [--json OUT] [--workers 2] [--timeout 300]
 """
 from __future__ import annotations
@@ -26,16 +32,19 @@ import json
 import multiprocessing
 import sys
 import time
+import types
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
 from . import checks
+from .instructions import Instr, build
 
 __all__ = [
     "Mutant", "MUTANTS", "EQUIVALENT", "BOUND", "BadAnchor", "MutantResult",
     "builder_path", "builder_source", "anchor_count", "mutate", "load_builder", "load_mutant",
-    "evaluate", "mutation_table", "summary", "to_json", "format_table", "main",
+    "rebuild", "edit_programs", "edit_params", "with_fields",
+    "judge_builder", "evaluate", "mutation_table", "summary", "to_json", "format_table", "main",
 ]
 
 BOUND = 0.12  # check (b): twice the worst error of the correct builder on these examples
@@ -175,7 +184,76 @@ def load_mutant(mutant: Mutant):
     return load_builder(mutate(mutant))
 
 
+# ---------------------------------------------------------------- mutants without the text
+def rebuild(builder, name: str | None = None, **replacements):
+    """A copy of the builder module ``builder`` in which ``replacements`` stand for its names.
+
+    Every function of the module is copied with the copy's namespace as its globals, so a
+    replaced ``program`` is the one the copy's ``sequence`` calls, and a replaced ``rq_params``
+    the one its ``int_reference`` uses.  Nothing of the module's text is read: this works on a
+    builder whose source is not there (the learner's copy, with their own attention tail).
+    """
+    name = name or f"ga2._rebuilt_{next(_serial)}"
+    copy = types.ModuleType(name)
+    namespace = copy.__dict__
+    own = vars(builder)
+    namespace.update({k: v for k, v in own.items() if k not in ("__name__", "__spec__", "__loader__")})
+    namespace["__name__"] = name
+    namespace.update(replacements)
+    for key, value in list(namespace.items()):
+        if key in replacements or not isinstance(value, types.FunctionType) or value.__globals__ is not own:
+            continue                                # only the builder's own functions are copied
+        fresh = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
+                                   value.__closure__)
+        fresh.__kwdefaults__ = value.__kwdefaults__
+        fresh.__qualname__, fresh.__doc__ = value.__qualname__, value.__doc__
+        fresh.__dict__.update(value.__dict__)
+        namespace[key] = fresh
+    sys.modules[name] = copy          # the builder's check_pipeline finds itself by name
+    return copy
+
+
+def edit_programs(builder, edit):
+    """The builder with every program passed through ``edit(L, variant, program) -> program``."""
+    original = builder.program
+
+    def program(L, variant, params, beyond_plan=False):
+        return list(edit(L, variant, list(original(L, variant, params, beyond_plan=beyond_plan))))
+    return rebuild(builder, program=program)
+
+
+def edit_params(builder, edit):
+    """The builder with its requantizer parameters passed through ``edit(params) -> params``
+    (the programs and the builder's own ``int_reference`` both see the edited ones)."""
+    original = builder.rq_params
+
+    def rq_params(example):
+        return edit(dict(original(example)))
+    return rebuild(builder, rq_params=rq_params)
+
+
+def with_fields(ins: Instr, **changes) -> Instr:
+    """``ins`` with some of its fields changed: ``with_fields(mm, tb=0)``."""
+    return build(ins.op, **{**ins.fields, **changes})
+
+
 # ---------------------------------------------------------------- judging a mutant
+def judge_builder(builder, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, bound: float = BOUND,
+                  machine=None) -> tuple[dict, str]:
+    """Which of checks (b), (c), (d) catch the builder module ``builder``: ``({"b", "c", "d": bool},
+    the first problem found)``.  One run of its decode loops, each check including (a); a crash
+    of the builder itself is caught by all three."""
+    try:
+        _, found = checks.findings(builder, seeds, Ls, bound=bound, exact=True, stagewise=True,
+                                   contain_crashes=True, machine=machine, stop_early=True)
+    except Exception as err:  # noqa: BLE001 - the builder crashed: every check notices
+        return {"b": True, "c": True, "d": True}, f"crashed: {type(err).__name__}: {err}"
+    kinds = {f.check for f in found}
+    loop = "a" in kinds
+    caught = {"b": loop or "b" in kinds, "c": loop or "c" in kinds, "d": loop or "d" in kinds}
+    return caught, found[0].message if found else ""
+
+
 def evaluate(mutant: Mutant, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, bound: float = BOUND,
              equivalent: bool | None = None, machine=None) -> MutantResult:
     """Run the mutated builder's decode loops once and apply checks (b), (c), (d) to the run.
@@ -187,19 +265,13 @@ def evaluate(mutant: Mutant, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, b
     result = MutantResult(mutant.label, equivalent)
     try:
         builder = load_mutant(mutant)
-        _, found = checks.findings(builder, seeds, Ls, bound=bound, exact=True, stagewise=True,
-                                   contain_crashes=True, machine=machine, stop_early=True)
     except BadAnchor:
         raise
-    except Exception as err:  # noqa: BLE001 - the mutated builder crashed: every check notices
+    except Exception as err:  # noqa: BLE001 - the mutated text does not even load: every check notices
         result.caught = {"b": True, "c": True, "d": True}
         result.note = f"crashed: {type(err).__name__}: {err}"
     else:
-        kinds = {f.check for f in found}
-        loop = "a" in kinds
-        result.caught = {"b": loop or "b" in kinds, "c": loop or "c" in kinds, "d": loop or "d" in kinds}
-        if found:
-            result.note = found[0].message
+        result.caught, result.note = judge_builder(builder, seeds, Ls, bound, machine)
     result.seconds = time.perf_counter() - start
     return result
 

@@ -115,7 +115,7 @@ def format_text(result: dict, *, show_output: bool = False) -> str:
         mark = "pass" if test["status"] == "passed" else "FAIL"
         line = f"  [{mark}] {_points(test['score']):>4}/{_points(test['max_score']):<4} {test['name']}"
         if test["status"] != "passed" and test.get("output"):
-            line += f"\n           {test['output']}"
+            line += "\n" + "\n".join(f"           {part}" for part in str(test["output"]).splitlines())
         lines.append(line)
     if show_output and result.get("submission_output"):
         lines.append("  what the submission printed (capped):")
