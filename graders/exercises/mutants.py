@@ -337,7 +337,7 @@ def _judge_predictions(results) -> dict:
 
 # ------------------------------------------------------------------------------ part 2
 
-ACCEPTED, REJECTED, NOT_A_BOOL = "accepted", "rejected", "not a bool"
+ACCEPTED, REJECTED, NOT_A_BOOL, TODO = "accepted", "rejected", "not a bool", "not implemented"
 
 
 def _judge_builder(results) -> str:
@@ -355,7 +355,7 @@ def _outcome(verdict) -> str:
     if verdict.passed:
         return verdict.value
     if verdict.raised:
-        return REJECTED
+        return TODO if "is not implemented yet" in verdict.message else REJECTED
     if verdict.message.startswith("not run"):
         return "not run"
     if verdict.trouble is not None:
@@ -396,20 +396,24 @@ def _tests_by_id() -> dict:
 
 
 def _why_not_valid(wheats, verdicts) -> list[str]:
-    """A line per kind of correct builder the check did not accept, and what it did instead."""
-    said, lines = set(), []
+    """A line per way the check failed to accept correct builders, with the kinds of change."""
+    kinds: dict[str, list[str]] = {}
     for test in wheats:
         verdict = verdicts[test.id]
-        outcome, kind = _outcome(verdict), _kind_of(test)
-        if outcome in (ACCEPTED, "not run") or (outcome, kind) in said:
+        outcome = _outcome(verdict)
+        if outcome in (ACCEPTED, "not run"):
             continue
-        said.add((outcome, kind))
         what = {REJECTED: "rejected (False, or an exception)",
-                NOT_A_BOOL: "neither accepted nor rejected: check_builder must return True or False",
+                NOT_A_BOOL: f"neither accepted nor rejected: {CHECK} must return True or False",
                 "timeout": f"no answer in time: {verdict.message}",
-                "crashed": f"no answer: {verdict.message}"}[outcome]
-        lines.append(f"- {kind}: {what}")
-    return lines
+                }.get(outcome, f"no answer: {verdict.message}")
+        kinds.setdefault(what, [])
+        if _kind_of(test) not in kinds[what]:
+            kinds[what].append(_kind_of(test))
+    every = {_kind_of(t) for t in wheats}
+    if len(kinds) == 1 and len(next(iter(kinds.values()))) == len(every):    # the same for all
+        return [f"- all of them: {next(iter(kinds))}"]
+    return [f"- {kind}: {what}" for what, found in kinds.items() for kind in found]
 
 
 def _report(tests, verdicts) -> list[dict]:
@@ -426,11 +430,14 @@ def _report(tests, verdicts) -> list[dict]:
 
     wheats, mutants = _builder_tests(tests)
     problems = _why_not_valid(wheats, verdicts)
+    todo = any(_outcome(verdicts[t.id]) == TODO for t in wheats)
     valid = not problems and all(_outcome(verdicts[t.id]) == ACCEPTED for t in wheats)
     if not valid and not problems:      # not run at all (the function is missing, say)
         problems = [f"- all of them: {verdicts[wheats[0].id].message or 'not run'}"]
     header = ("your check rejects a correct builder. A check must accept every builder that computes the "
               "right thing, however its program text reads; the builders it did not accept:")
+    if todo:
+        header = f"{CHECK} is not implemented yet, so it accepts no builder:"
     entries.append(test_entry(f"part 2: accepts every correct builder ({len(wheats)} of them)", 0, valid,
                               "" if valid else "\n".join([header] + problems)))
 
@@ -439,6 +446,8 @@ def _report(tests, verdicts) -> list[dict]:
     if not valid:
         message = (f"0 of {len(mutants)} points: part 2 counts the mutants only for a check that accepts every "
                    "correct builder (see the entry above)")
+        if todo:
+            message = f"{CHECK} is not implemented yet: write your answer in the starter cell; " + message
         score = 0
     else:
         missed: dict[str, int] = {}
