@@ -28,12 +28,13 @@ from .quant import QMAX, matmul_int8, quantize, requant, round_half_away, satura
 from .softmax import ONE_IN, softmax_fixed_array
 
 __all__ = ["Finding", "rel_error", "int_reference", "stagewise_problems", "findings", "check_pipeline",
-           "CHECKS", "DEFAULT_SEEDS", "DEFAULT_LS"]
+           "CHECKS", "DEFAULT_SEEDS", "DEFAULT_LS", "DEFAULT_EXAMPLES"]
 
 CHECKS = {"a": "loop equality", "b": "accuracy bound", "c": "exact integer reference",
           "d": "stage-wise real-number check"}
 DEFAULT_SEEDS = range(4)
 DEFAULT_LS = (1, 2, 5, 9, 16, 24)
+DEFAULT_EXAMPLES = DEFAULT_SEEDS   # the examples of each length: make_example(L, 100 * L + n), n in these
 
 
 class Finding(NamedTuple):

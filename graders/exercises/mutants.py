@@ -148,7 +148,7 @@ HINTS = {
 }
 
 # The chapter's 23 mutants (``ga2.mutants.MUTANTS``), by label: what kind of bug each is.
-SEED_KINDS = {
+CHAPTER_KINDS = {
     "scores: the 1/sqrt(d) factor is left out": SCALE,
     "scores: the factor 16 (Q4.4 input of the softmax) is left out": SCALE,
     "weights: the factor 127 is left out": SCALE,
@@ -226,14 +226,14 @@ PREDICTED = (
 
 
 @functools.lru_cache(maxsize=1)
-def seed_chaffs() -> tuple[Change, ...]:
+def chapter_chaffs() -> tuple[Change, ...]:
     """The chapter's 23 mutants, as ``ga2.mutants`` defines them, with their kinds."""
     from ga2.mutants import MUTANTS
-    return tuple(Change(m.label, SEED_KINDS[m.label], ((m.anchor, m.replacement),)) for m in MUTANTS)
+    return tuple(Change(m.label, CHAPTER_KINDS[m.label], ((m.anchor, m.replacement),)) for m in MUTANTS)
 
 
 def chaffs() -> tuple[Change, ...]:
-    return seed_chaffs() + NEW_CHAFFS
+    return chapter_chaffs() + NEW_CHAFFS
 
 
 # ------------------------------------------------------------------------------ building them
@@ -331,7 +331,7 @@ def _judge_predictions(results) -> dict:
         if left_out:
             parts.append(f"leaves out {left_out} that do{'es' if left_out == 1 else ''}")
         verdicts[label] = (False, "not what the checks do: your set " + " and ".join(parts) + ". Ask what each "
-                                  "check shares with the builder, and which lengths and seeds it runs")
+                                  "check shares with the builder, and which lengths and examples it runs")
     return verdicts
 
 

@@ -71,8 +71,8 @@ def test_every_change_applies_once_to_the_builder_and_compiles():
 
 def test_the_chapters_mutants_and_equivalent_changes_are_among_them():
     from ga2.mutants import EQUIVALENT, MUTANTS
-    assert [c.label for c in ex.seed_chaffs()] == [m.label for m in MUTANTS]
-    assert [(c.edits[0]) for c in ex.seed_chaffs()] == [(m.anchor, m.replacement) for m in MUTANTS]
+    assert [c.label for c in ex.chapter_chaffs()] == [m.label for m in MUTANTS]
+    assert [(c.edits[0]) for c in ex.chapter_chaffs()] == [(m.anchor, m.replacement) for m in MUTANTS]
     wheat_edits = {c.edits for c in ex.WHEATS}
     assert all(((m.anchor, m.replacement),) in wheat_edits for m in EQUIVALENT)
 
