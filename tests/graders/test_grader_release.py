@@ -38,7 +38,8 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
     leaks = find_leaks(out)
     assert not leaks, describe(leaks)
     assert not (out / "kvcache").exists() and not (out / "coursebook").exists() and not (out / "tools").exists()
-    assert "packages: public_checks\n" in proc.stdout + "\n"
+    # public_checks, and ga2: the mutants exercise and its checks run GA-2's program builder
+    assert "packages: public_checks, ga2\n" in proc.stdout + "\n" and (out / "ga2" / "machine.py").exists()
     data = sorted(p.stem for p in (out / "public_checks" / "data").glob("*.json"))
     assert data == sorted(json.loads(nb.read_text())["metadata"]["kvcourse"]["exercise"]
                           for nb in (out / "exercises").glob("*.ipynb"))
