@@ -16,10 +16,9 @@ verdicts are those of the full run, the work is not.  ``EQUIVALENT`` holds two
 changes that look like bugs and are not: no check should catch them.
 
 A mutant can also be made without the builder's text, from the module itself (a copy of the
-learner's ``ga2.attn`` whose attention tail is their own, say): ``rebuild`` copies a builder
-module with some of its names replaced, ``edit_programs`` wraps what its ``program`` returns,
-``edit_params`` what its ``rq_params`` returns.  ``judge_builder`` applies the three checks to
-any builder module, however it was made.
+learner's ``ga2.attn`` whose attention tail is their own, say): ``ga2.checks`` has ``rebuild``,
+``edit_programs``, ``edit_params`` and ``with_fields`` for that (this module takes them over).
+``judge_builder`` applies the three checks to any builder module, however it was made.
 
     python -m ga2.mutants [--json OUT] [--workers 2] [--timeout 300]
 """
@@ -32,13 +31,12 @@ import json
 import multiprocessing
 import sys
 import time
-import types
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
 from . import checks
-from .instructions import Instr, build
+from .checks import edit_params, edit_programs, rebuild, with_fields  # noqa: F401 - part of this module's API
 
 __all__ = [
     "Mutant", "MUTANTS", "EQUIVALENT", "BOUND", "BadAnchor", "MutantResult",
@@ -182,59 +180,6 @@ def load_builder(source: str, name: str | None = None):
 def load_mutant(mutant: Mutant):
     """The builder with ``mutant`` applied, as a module (``load_mutant(m).program(...)``)."""
     return load_builder(mutate(mutant))
-
-
-# ---------------------------------------------------------------- mutants without the text
-def rebuild(builder, name: str | None = None, **replacements):
-    """A copy of the builder module ``builder`` in which ``replacements`` stand for its names.
-
-    Every function of the module is copied with the copy's namespace as its globals, so a
-    replaced ``program`` is the one the copy's ``sequence`` calls, and a replaced ``rq_params``
-    the one its ``int_reference`` uses.  Nothing of the module's text is read: this works on a
-    builder whose source is not there (the learner's copy, with their own attention tail).
-    """
-    name = name or f"ga2._rebuilt_{next(_serial)}"
-    copy = types.ModuleType(name)
-    namespace = copy.__dict__
-    own = vars(builder)
-    namespace.update({k: v for k, v in own.items() if k not in ("__name__", "__spec__", "__loader__")})
-    namespace["__name__"] = name
-    namespace.update(replacements)
-    for key, value in list(namespace.items()):
-        if key in replacements or not isinstance(value, types.FunctionType) or value.__globals__ is not own:
-            continue                                # only the builder's own functions are copied
-        fresh = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
-                                   value.__closure__)
-        fresh.__kwdefaults__ = value.__kwdefaults__
-        fresh.__qualname__, fresh.__doc__ = value.__qualname__, value.__doc__
-        fresh.__dict__.update(value.__dict__)
-        namespace[key] = fresh
-    sys.modules[name] = copy          # the builder's check_pipeline finds itself by name
-    return copy
-
-
-def edit_programs(builder, edit):
-    """The builder with every program passed through ``edit(L, variant, program) -> program``."""
-    original = builder.program
-
-    def program(L, variant, params, beyond_plan=False):
-        return list(edit(L, variant, list(original(L, variant, params, beyond_plan=beyond_plan))))
-    return rebuild(builder, program=program)
-
-
-def edit_params(builder, edit):
-    """The builder with its requantizer parameters passed through ``edit(params) -> params``
-    (the programs and the builder's own ``int_reference`` both see the edited ones)."""
-    original = builder.rq_params
-
-    def rq_params(example):
-        return edit(dict(original(example)))
-    return rebuild(builder, rq_params=rq_params)
-
-
-def with_fields(ins: Instr, **changes) -> Instr:
-    """``ins`` with some of its fields changed: ``with_fields(mm, tb=0)``."""
-    return build(ins.op, **{**ins.fields, **changes})
 
 
 # ---------------------------------------------------------------- judging a mutant

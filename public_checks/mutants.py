@@ -6,12 +6,12 @@ stored values in ``data/mutants.json``).  The six new mutants are left to the hi
 
 Part 2: the learner's check accepts the course's builder and chapter 11's two equivalent
 changes, and rejects three of chapter 11's mutants.  Each variant is made from the builder
-module itself (``ga2.mutants.edit_programs`` and ``edit_params``: a copy of ``ga2.attn`` whose
+module itself (``ga2.checks.edit_programs`` and ``edit_params``: a copy of ``ga2.attn`` whose
 programs or requantizer parameters pass through an edit), never from its text, so the checks
 work in a learner's copy, where ``ga2.attn``'s attention tail is the learner's own answer.  The
 hidden tests judge many more builders, each in a sandbox of its own.
 """
-from ga2.mutants import edit_params, edit_programs, with_fields
+from ga2.checks import edit_params, edit_programs, with_fields
 from ga2.plan import DM, D, EX_KC, EX_VC, SP_Q8, SP_WQ, SP_WV
 
 from ._data import load
@@ -58,15 +58,18 @@ def check_prediction_of_the_chapter_table(predict_catches, check_builder):
 def _course_builder():
     """``ga2.attn``, when it can run: in a learner's copy its attention tail (chapter 10's
     exercise) and the requantizer (chapter 9's) are the learner's own answers, installed."""
+    import ga2
     import ga2.attn as builder
     try:
         builder.sequence(builder.make_example(2, 0))
-    except NotImplementedError as err:
+    except NotImplementedError:
+        parts = getattr(ga2, "missing", lambda: [])() or ["requant", "attention_tail"]
         raise AssertionError(
-            "the course's program builder (ga2.attn) cannot run in this copy of the course yet: its "
-            "attention tail and GA-2's requantizer are the exercises of chapters 10 and 9 (attention_tail, "
-            f"requant), and one of them is still a starter ({err}). Part 2 needs the builder: finish those "
-            "exercises, install your answers into ga2 as they explain, and run this cell again") from None
+            "the course's program builder (ga2.attn) cannot run in this copy of the course yet: it needs "
+            f"GA-2's {' and '.join(parts)}, which are still starters (the exercises requant, chapter 9, and "
+            "attention_tail, chapter 10). Part 2 needs the builder: finish those exercises, install your "
+            'answers (ga2.install_from("requant.ipynb"), ga2.install_from("attention_tail.ipynb")) and run '
+            "this cell again") from None
     return builder
 
 
