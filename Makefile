@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 JOBS   ?= 2
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
@@ -12,7 +13,7 @@ PORT   ?= 8000
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv system-deps vendor book serve lab test test-fast bench release clean
+.PHONY: help venv test-deps system-deps vendor book serve lab test test-fast bench release clean
 
 help:
 	@echo "make book     build the course site into _build/html (creates $(VENV) on first use)"
@@ -30,6 +31,14 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	touch $(STAMP)
+
+# torch and transformers, for the tests and benchmarks that compare the engine with them (the book
+# does not need them).  requirements-test.txt pins the CPU build of torch.
+test-deps: $(TEST_STAMP)
+
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-test.txt
+	touch $(TEST_STAMP)
 
 # Debian's bubblewrap (grader sandbox), chromium (site test), iverilog and verilator (GA-2's circuit,
 # ga2/rtl), when missing and we are root.
@@ -67,15 +76,15 @@ lab: venv
 
 # The site test needs the built book, so the book is built first; then one pytest run
 # covers the Python tests, every notebook (executed by nbval) and the site in Chromium.
-test: venv system-deps book
+test: venv test-deps system-deps book
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-cell-timeout=600 \
 	  tests book/chapters exercises solutions
 
 # The Python tests alone, without notebooks or the site: the quick loop while developing.
-test-fast: venv
+test-fast: venv test-deps
 	$(PY) -m pytest -n $(JOBS) --dist loadfile tests --ignore=tests/site
 
-bench: venv
+bench: venv test-deps
 	$(PY) -m bench
 
 release: venv

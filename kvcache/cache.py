@@ -1,0 +1,379 @@
+"""The KV cache of a batch of sequences: one object per layer, behind one interface.
+
+Layout (the one transformers uses)::
+
+    keys, values    [batch, kv_heads, positions, head_dim]   = [B, G, L_max, d]
+    lengths         [batch]                                   tokens cached for each sequence
+
+Every sequence has its own length: row b holds positions 0 .. lengths[b] - 1, and whatever lies
+beyond is never read.  The buffers are allocated once, for L_max positions (preallocation: no
+copy when a sequence grows, at the price of reserving room it may never use).
+
+The interface a layer's attention sees (``LayerCache``)::
+
+    update(k, v, counts)    append counts[b] new positions to row b        (in place)
+    attend(q, counts)       the newest counts[b] queries of row b attend to row b's cache
+    reorder(beam_idx)       row i becomes old row beam_idx[i] (repeats allowed: beam search)
+    select(rows)            keep only these rows, in this order (finished sequences leave)
+    crop(n)                 forget positions >= n (one n for all rows, or one per row)
+
+The model calls only ``update`` and ``attend``, so it never knows how the positions are laid out:
+another layout (fixed-size blocks, say) is another ``LayerCache`` registered under its own name
+with ``register_cache``, and ``new_cache(kind, ...)`` / ``generate.greedy(..., cache=kind)``
+select it.  ``KVCache`` holds the layers of one model, checks that a step fits before any layer
+writes (``reserve``), and applies reorder/select/crop to every layer.
+
+New tokens arrive packed: k, v (N, G, d) with N = sum(counts), row 0's tokens first.  Decode is
+the case counts = [1, ..., 1] (N = B).
+"""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from .cache_dtypes import CacheDtype, cache_dtype
+from .gqa import attend_new_tokens, decode_attention
+
+__all__ = ["CacheFullError", "LayerCache", "ContiguousLayerCache", "KVCache",
+           "CACHE_KINDS", "register_cache", "new_cache"]
+
+
+class CacheFullError(ValueError):
+    """A step would write past a sequence's room (named in the message); nothing was written."""
+
+
+def _as_index(idx, upper: int, what: str) -> np.ndarray:
+    """An integer index array with every entry in [0, upper), or a ValueError naming ``what``."""
+    arr = np.asarray(idx)
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"{what} must be a 1-d sequence of integers, got {idx!r}")
+    arr = arr.astype(np.int64)
+    bad = (arr < 0) | (arr >= upper)
+    if bad.any():
+        raise ValueError(f"{what} {arr[bad][0]} is out of range: the cache holds {upper} sequences")
+    return arr
+
+
+class LayerCache:
+    """One layer's keys and values for a batch of sequences (the interface; see the module doc).
+
+    Subclasses implement ``update``, ``attend``, ``_gather``, ``keys``, ``values``, ``copy`` and
+    the byte counts; validation of reorder/select/crop lives here so every layout refuses the same
+    bad input the same way.
+    """
+
+    batch: int          # sequences now held
+    capacity: int       # sequences it has room for
+    max_len: int        # positions it has room for, per sequence
+    _lengths: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(batch,) tokens cached per sequence (a read-only view)."""
+        view = self._lengths[: self.batch]
+        view.flags.writeable = False
+        return view
+
+    def update(self, k: np.ndarray, v: np.ndarray, counts: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def attend(self, q: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _gather(self, idx: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def reorder(self, beam_idx) -> None:
+        """Row i becomes (a copy of) old row beam_idx[i], in place.  Indices may repeat (two beams
+        with one parent) and the batch may grow up to ``capacity`` (expanding a prompt to beams).
+        Rows that repeat a parent are copies: writing one never changes another."""
+        idx = _as_index(beam_idx, self.batch, "beam index")
+        if not 1 <= len(idx) <= self.capacity:
+            raise ValueError(f"reorder to {len(idx)} sequences: the cache has room for 1 to {self.capacity}")
+        self._gather(idx)
+
+    def select(self, rows) -> None:
+        """Keep only the sequences ``rows`` (distinct), in that order, in place."""
+        idx = _as_index(rows, self.batch, "row")
+        if len(np.unique(idx)) != len(idx):
+            raise ValueError(f"select takes distinct rows, got {list(idx)} (reorder copies rows)")
+        self._gather(idx)
+
+    def crop(self, n) -> None:
+        """Forget every position >= n: one n for all rows, or one per row (batch,)."""
+        n = np.asarray(n)
+        if n.ndim not in (0, 1) or (n.ndim == 1 and len(n) != self.batch) \
+                or not np.issubdtype(n.dtype, np.integer) or (n < 0).any():
+            raise ValueError(f"crop takes a length >= 0 or one per sequence ({self.batch}), got {n!r}")
+        np.minimum(self._lengths[: self.batch], n, out=self._lengths[: self.batch])
+
+
+class ContiguousLayerCache(LayerCache):
+    """Preallocated buffers [capacity, G, L_max, d], rows packed at the front.
+
+    The first ``batch`` rows are the sequences held.  ``bytes_copied`` counts the bytes that
+    reorder and select moved (the cost of beam search and of dropping finished sequences).
+    """
+
+    def __init__(self, batch: int, kv_heads: int, head_dim: int, max_len: int, dtype="float32",
+                 compute_dtype=np.float32, capacity: int | None = None):
+        capacity = batch if capacity is None else capacity
+        if not 1 <= batch <= capacity or max_len < 1:
+            raise ValueError(f"a cache needs 1 <= batch ({batch}) <= capacity ({capacity}) and "
+                             f"max_len >= 1 ({max_len})")
+        self.format: CacheDtype = cache_dtype(dtype)
+        self.compute_dtype = np.dtype(compute_dtype)
+        self.batch, self.capacity, self.max_len = batch, capacity, max_len
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+        shape = (capacity, kv_heads, max_len, head_dim)
+        self.k = np.zeros(shape, self.format.storage)              # [B, G, L_max, d]
+        self.v = np.zeros(shape, self.format.storage)
+        self.k_scale = np.zeros(shape[:3], np.float32) if self.format.scaled else None   # [B, G, L_max]
+        self.v_scale = np.zeros(shape[:3], np.float32) if self.format.scaled else None
+        self._lengths = np.zeros(capacity, np.int64)
+        self.bytes_copied = 0
+
+    # ------------------------------------------------------------------ writing
+
+    def _store(self, buf, scales, rows, x) -> None:
+        """Write rows x (..., d) at ``rows`` (an index into buf) in the storage format."""
+        data, scale = self.format.encode(x)
+        buf[rows] = data
+        if scales is not None:
+            scales[rows] = scale
+
+    def update(self, k: np.ndarray, v: np.ndarray, counts: np.ndarray) -> None:
+        """Append counts[b] new positions to row b.  k, v (N, G, d) packed, N = sum(counts).
+
+        Room is checked by ``KVCache.reserve`` before the model computes anything."""
+        B = self.batch
+        start = self._lengths[:B].copy()
+        if len(counts) == B and np.all(counts == 1):           # decode: one position per row
+            at = (np.arange(B), slice(None), start)             # [b, :, lengths[b]] -> (B, G, d)
+            self._store(self.k, self.k_scale, at, k)
+            self._store(self.v, self.v_scale, at, v)
+        else:                                                   # prefill: counts[b] positions
+            off = 0
+            for b, n in enumerate(counts):
+                at = (b, slice(None), slice(start[b], start[b] + n))   # (G, n, d)
+                self._store(self.k, self.k_scale, at, k[off:off + n].transpose(1, 0, 2))
+                self._store(self.v, self.v_scale, at, v[off:off + n].transpose(1, 0, 2))
+                off += n
+        self._lengths[:B] += counts
+
+    # ------------------------------------------------------------------ reading
+
+    def _read(self, buf, scales, rows, positions) -> np.ndarray:
+        """Stored values back in the compute dtype (a view when the formats agree)."""
+        data = buf[rows, :, positions]
+        scale = None if scales is None else scales[rows, :, positions]
+        return self.format.decode(data, scale, self.compute_dtype)
+
+    def attend(self, q: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """q (N, H, d): the newest counts[b] queries of row b (already in the cache)  ->  (N, H, d)."""
+        B = self.batch
+        lengths = self._lengths[:B]
+        if len(counts) == B and np.all(counts == 1):
+            T = int(lengths.max())
+            K = self._read(self.k, self.k_scale, slice(0, B), slice(0, T))   # (B, G, T, d)
+            V = self._read(self.v, self.v_scale, slice(0, B), slice(0, T))
+            return decode_attention(q, K, V, lengths)
+        out = np.empty_like(q)
+        off = 0
+        for b, n in enumerate(counts):
+            t = int(lengths[b])
+            K = self._read(self.k, self.k_scale, b, slice(0, t))              # (G, t, d)
+            V = self._read(self.v, self.v_scale, b, slice(0, t))
+            out[off:off + n] = attend_new_tokens(q[off:off + n], K, V)
+            off += n
+        return out
+
+    def keys(self, row: int) -> np.ndarray:
+        """The keys of sequence ``row``: a new (G, lengths[row], d) array in the compute dtype."""
+        t = int(self.lengths[row])
+        return np.array(self._read(self.k, self.k_scale, row, slice(0, t)))
+
+    def values(self, row: int) -> np.ndarray:
+        """The values of sequence ``row``: a new (G, lengths[row], d) array in the compute dtype."""
+        t = int(self.lengths[row])
+        return np.array(self._read(self.v, self.v_scale, row, slice(0, t)))
+
+    # ------------------------------------------------------------------ rearranging rows
+
+    def _gather(self, idx: np.ndarray) -> None:
+        """Row i <- old row idx[i]; only rows whose source is another row are copied, and only
+        their first max(lengths) positions."""
+        moved = np.flatnonzero(idx != np.arange(len(idx)))
+        if len(moved):
+            src = idx[moved]
+            T = int(self._lengths[src].max())
+            for buf in (self.k, self.v, self.k_scale, self.v_scale):
+                if buf is not None:
+                    # the right side is a copy (fancy indexing) taken before any row is written
+                    buf[moved, :, :T] = buf[src, :, :T]
+                    per_position = buf[0, :, 0].nbytes              # G rows of d values (or G scales)
+                    self.bytes_copied += len(moved) * T * per_position
+        self._lengths[: len(idx)] = self._lengths[idx]
+        self.batch = len(idx)
+
+    def copy(self) -> "ContiguousLayerCache":
+        """An independent copy (new buffers)."""
+        new = object.__new__(ContiguousLayerCache)
+        new.__dict__.update(self.__dict__)
+        for name in ("k", "v", "k_scale", "v_scale", "_lengths"):
+            value = getattr(self, name)
+            setattr(new, name, None if value is None else value.copy())
+        return new
+
+    # ------------------------------------------------------------------ bytes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated: capacity * G * L_max rows of keys and of values (scales included)."""
+        return sum(b.nbytes for b in (self.k, self.v, self.k_scale, self.v_scale) if b is not None)
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes holding cached positions: sum(lengths) * G rows of keys and values."""
+        return 2 * int(self.lengths.sum()) * self.kv_heads * self.format.bytes_per_row(self.head_dim)
+
+
+class KVCache:
+    """The caches of every layer of one model, with one set of sequences.
+
+    ``cache[i]`` is layer i's ``LayerCache``.  ``reserve`` checks that a step fits before the
+    model writes anything, so a step that does not fit fails with nothing half-done.
+    """
+
+    def __init__(self, layers: list[LayerCache], kind: str):
+        self.layers = list(layers)
+        self.kind = kind
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, i: int) -> LayerCache:
+        return self.layers[i]
+
+    def __iter__(self):
+        return iter(self.layers)
+
+    @property
+    def batch(self) -> int:
+        return self.layers[0].batch
+
+    @property
+    def capacity(self) -> int:
+        return self.layers[0].capacity
+
+    @property
+    def max_len(self) -> int:
+        return self.layers[0].max_len
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(batch,) tokens cached per sequence (every layer holds the same)."""
+        return self.layers[0].lengths
+
+    @property
+    def dtype(self) -> str:
+        return self.layers[0].format.name
+
+    def reserve(self, counts) -> np.ndarray:
+        """Check that counts[b] more tokens fit in row b, for every row; return counts as int64.
+
+        Raises CacheFullError (naming the sequence) when one would pass ``max_len``."""
+        counts = np.asarray(counts)
+        if counts.shape != (self.batch,) or not np.issubdtype(counts.dtype, np.integer) or (counts < 1).any():
+            raise ValueError(f"a step needs one count >= 1 per sequence ({self.batch}), got {counts!r}")
+        over = np.flatnonzero(self.lengths + counts > self.max_len)
+        if len(over):
+            b = int(over[0])
+            raise CacheFullError(f"sequence {b} holds {int(self.lengths[b])} tokens: {int(counts[b])} more "
+                                 f"would pass the cache's max_len of {self.max_len}")
+        return counts.astype(np.int64)
+
+    def reorder(self, beam_idx) -> None:
+        """Every layer: row i <- old row beam_idx[i] (see LayerCache.reorder)."""
+        for layer in self.layers:
+            layer.reorder(beam_idx)
+
+    def select(self, rows) -> None:
+        """Every layer: keep the sequences ``rows`` only."""
+        for layer in self.layers:
+            layer.select(rows)
+
+    def crop(self, n) -> None:
+        """Every layer: forget positions >= n."""
+        for layer in self.layers:
+            layer.crop(n)
+
+    def copy(self) -> "KVCache":
+        return KVCache([layer.copy() for layer in self.layers], self.kind)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated by every layer."""
+        return sum(layer.nbytes for layer in self.layers)
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes holding cached tokens, every layer."""
+        return sum(layer.used_bytes for layer in self.layers)
+
+    @property
+    def bytes_copied(self) -> int:
+        """Bytes moved by reorder and select so far, every layer."""
+        return sum(layer.bytes_copied for layer in self.layers)
+
+    def as_dicts(self) -> list[dict]:
+        """A copy in the plain form: one {"k", "v"} per layer, each (B, G, T, d) with T = max(lengths)
+        and zeros beyond each sequence's length."""
+        T = int(self.lengths.max()) if self.batch else 0
+        out = []
+        for layer in self.layers:
+            G, d = layer.kv_heads, layer.head_dim
+            entry = {}
+            for name, read in (("k", layer.keys), ("v", layer.values)):
+                arr = np.zeros((self.batch, G, T, d), layer.compute_dtype)
+                for b in range(self.batch):
+                    rows = read(b)
+                    arr[b, :, : rows.shape[1]] = rows
+                entry[name] = arr
+            out.append(entry)
+        return out
+
+
+# ---------------------------------------------------------------------- choosing a layout by name
+
+CACHE_KINDS: dict = {}
+
+
+def register_cache(name: str):
+    """Register ``factory(n_layers, batch, kv_heads, head_dim, max_len, dtype, compute_dtype,
+    capacity, **options) -> KVCache`` under ``name`` (the ``cache=`` argument of generation)."""
+    def decorate(factory):
+        CACHE_KINDS[name] = factory
+        return factory
+    return decorate
+
+
+@register_cache("contiguous")
+def contiguous_cache(n_layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int,
+                     dtype="float32", compute_dtype=np.float32, capacity: int | None = None) -> KVCache:
+    """One preallocated [capacity, G, max_len, d] buffer pair per layer."""
+    return KVCache([ContiguousLayerCache(batch, kv_heads, head_dim, max_len, dtype, compute_dtype, capacity)
+                    for _ in range(n_layers)], "contiguous")
+
+
+def new_cache(kind: str, **kwargs) -> KVCache:
+    """The cache layout called ``kind`` (see CACHE_KINDS), built with ``kwargs``."""
+    if not isinstance(kind, str) or kind not in CACHE_KINDS:
+        raise ValueError(f"no cache layout {kind!r}: the layouts are {', '.join(sorted(CACHE_KINDS))}")
+    factory = CACHE_KINDS[kind]
+    accepted = inspect.signature(factory).parameters
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+        raise TypeError(f"cache layout {kind!r} takes no option {', '.join(map(repr, unknown))}")
+    return factory(**kwargs)

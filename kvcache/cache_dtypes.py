@@ -1,0 +1,91 @@
+"""How the cache stores a key or value row: float64, float32, float16, or int8 with a scale per row.
+
+A "row" is the d numbers of one head at one position: the unit the cache writes at every step.
+
+* float32, float64: stored as computed.
+* float16 (the mixed precision of serving engines): 2 bytes a value.  Rounding to the nearest
+  float16 has a relative error of at most 2**-11 (about 4.9e-4) for |x| between 2**-14 and 65504.
+* int8 with a scale per row: 1 byte a value plus one float32 scale for the d values of the row::
+
+      s = max_i |x_i| / 127,    q_i = round(x_i / s)  in [-127, 127],    x_i ~ s q_i
+
+  so |x_i - s q_i| <= s / 2 = max|x| / 254: the error is relative to the row's largest entry, not
+  to each entry.  A row of zeros gets s = 0 and decodes to zeros.
+
+The cache decodes to the model's compute dtype before attending (numpy has no fast float16 or int8
+matrix product), so only the storage shrinks; the error each format costs is measured in
+``bench_engine`` and bounded in the tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["CacheDtype", "CACHE_DTYPES", "cache_dtype", "quantize_rows", "dequantize_rows"]
+
+
+def quantize_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int8 codes and one scale per row: x (..., d) -> (q (..., d) int8, s (...,) float32).
+
+    s = max|x| / 127 over the last axis; q = round(x / s), so |x - s q| <= s / 2.
+    """
+    amax = np.max(np.abs(x), axis=-1)                          # (...,)
+    scale = (amax / 127.0).astype(np.float32)
+    safe = np.where(scale > 0, scale, 1.0).astype(x.dtype)     # a zero row: any divisor gives q = 0
+    q = np.rint(x / safe[..., None])
+    return np.clip(q, -127, 127).astype(np.int8), scale
+
+
+def dequantize_rows(q: np.ndarray, scale: np.ndarray, dtype) -> np.ndarray:
+    """s q: int8 codes (..., d) and scales (...,) back to ``dtype`` (..., d)."""
+    return q.astype(dtype) * scale[..., None].astype(dtype)
+
+
+@dataclass(frozen=True)
+class CacheDtype:
+    """A storage format: numpy's storage dtype and whether rows carry a scale."""
+
+    name: str
+    storage: np.dtype
+    scaled: bool = False
+
+    def bytes_per_row(self, head_dim: int) -> int:
+        """Bytes one row (d values) takes, its scale included."""
+        return head_dim * self.storage.itemsize + (4 if self.scaled else 0)
+
+    def encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Rows x (..., d) in the compute dtype -> (stored values, scales or None)."""
+        if self.scaled:
+            return quantize_rows(x)
+        return x.astype(self.storage, copy=False), None
+
+    def decode(self, data: np.ndarray, scale: np.ndarray | None, dtype) -> np.ndarray:
+        """Stored rows back to ``dtype`` (a view, with no copy, when nothing needs converting)."""
+        if self.scaled:
+            return dequantize_rows(data, scale, dtype)
+        return data.astype(dtype, copy=False)
+
+
+CACHE_DTYPES = {
+    "float64": CacheDtype("float64", np.dtype(np.float64)),
+    "float32": CacheDtype("float32", np.dtype(np.float32)),
+    "float16": CacheDtype("float16", np.dtype(np.float16)),
+    "int8": CacheDtype("int8", np.dtype(np.int8), scaled=True),
+}
+
+
+def cache_dtype(name) -> CacheDtype:
+    """The format called ``name`` ("float64", "float32", "float16", "int8"; numpy dtypes accepted)."""
+    if isinstance(name, CacheDtype):
+        return name
+    if isinstance(name, str):
+        key = name
+    else:
+        try:
+            key = np.dtype(name).name
+        except TypeError:
+            key = repr(name)
+    if key not in CACHE_DTYPES:
+        raise ValueError(f"cache dtype {name!r} is not one of {', '.join(CACHE_DTYPES)}")
+    return CACHE_DTYPES[key]

@@ -1,0 +1,101 @@
+"""Grouped-query attention: the two shapes a serving engine computes it in.
+
+H query heads share G key/value heads: query head h reads key/value head h // r, where r = H / G
+(r = 1 is plain multi-head attention; Llama-2-70B has r = 8).  Only the G key/value heads are
+cached, so grouping divides the cache by r.  For one query q (d,) and the keys K (t, d) and values
+V (t, d) of its head group::
+
+    out = softmax(K q / sqrt(d)) V
+
+* ``attend_new_tokens``: one sequence's n newest tokens (a whole prompt at prefill, or a chunk of
+  it) against everything cached for it, causally: the query at position p sees keys 0 .. p.
+* ``decode_attention``: one new token for each of B sequences, each against its own first
+  ``lengths[b]`` cached positions of a shared [B, G, L, d] buffer.  Positions beyond a sequence's
+  length are masked out of the softmax.
+
+Both compute in the dtype of their inputs (float32 or float64) and return new arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["causal_attention", "attend_new_tokens", "decode_attention", "softmax_inplace"]
+
+# Queries per block in attend_new_tokens: bounds the (H, n, t) score matrix of a long prompt.
+QUERY_BLOCK = 512
+
+
+def softmax_inplace(scores: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, overwriting ``scores``: exp(s - max) / sum.  -inf gives 0."""
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return scores
+
+
+def attend_new_tokens(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """The n newest tokens of one sequence attending causally to its t cached positions.
+
+    q (n, H, d): queries of positions t - n .. t - 1 (already cached: K and V include them)
+    K, V (G, t, d)  ->  (n, H, d)
+
+    Query i sits at position t - n + i and sees keys 0 .. t - n + i.
+    """
+    n, H, d = q.shape
+    G, t, _ = K.shape
+    r = H // G
+    scale = 1.0 / np.sqrt(d)
+    out = np.empty_like(q)
+    for lo in range(0, n, QUERY_BLOCK):
+        hi = min(n, lo + QUERY_BLOCK)
+        m = hi - lo
+        # (m, G, r, d) -> (G, r * m, d): the r query heads of group g, for every query, as rows
+        qg = q[lo:hi].reshape(m, G, r, d).transpose(1, 2, 0, 3).reshape(G, r * m, d)
+        last = t - n + hi                                  # keys beyond the block's last query: unseen
+        s = (qg @ K[:, :last].transpose(0, 2, 1)) * scale  # (G, r*m, last)
+        s = s.reshape(G, r, m, last)
+        pos = np.arange(t - n + lo, t - n + hi)            # (m,) positions of the block's queries
+        np.copyto(s, -np.inf, where=np.arange(last)[None, :] > pos[:, None])   # each query's future
+        p = softmax_inplace(s).reshape(G, r * m, last)
+        o = p @ V[:, :last]                                # (G, r*m, d)
+        out[lo:hi] = o.reshape(G, r, m, d).transpose(2, 0, 1, 3).reshape(m, H, d)
+    return out
+
+
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Causal self-attention of a whole sequence, no cache: the reference.
+
+    q (T, H, d), k, v (T, G, d)  ->  (T, H, d); query i sees keys 0 .. i.
+    """
+    return attend_new_tokens(q, k.transpose(1, 0, 2), v.transpose(1, 0, 2))
+
+
+def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """One decode step for B sequences of different lengths, grouped heads.
+
+    q (B, H, d): each sequence's newest query
+    K, V (B, G, T, d): cached keys and values, T >= max(lengths); row b is valid up to lengths[b]
+    lengths (B,) >= 1  ->  (B, H, d)
+
+    Whatever finite values lie beyond a length change nothing (they get weight exactly 0; the
+    cache only ever stores finite values there, zeros or rows it has forgotten).
+
+    scores (B, G, r, T) = q K^T / sqrt(d), -inf at positions >= lengths[b]; softmax over T;
+    out = scores V.  The products are taken with the long axis T first, (T, d) @ (d, r) and
+    (d, T) @ (T, r): the same numbers, but BLAS then streams the cache instead of splitting a
+    product with r rows.  The step is bound by reading K and V once.
+    """
+    B, H, d = q.shape
+    G, T = K.shape[1], K.shape[2]
+    r = H // G
+    qg = q.reshape(B, G, r, d)                           # query heads g*r .. g*r + r - 1 share kv head g
+    s = K @ qg.transpose(0, 1, 3, 2)                     # (B, G, T, d) @ (B, G, d, r) -> (B, G, T, r)
+    s = s.transpose(0, 1, 3, 2).copy()                   # (B, G, r, T): the softmax runs along rows
+    s *= 1.0 / np.sqrt(d)
+    lengths = np.asarray(lengths)
+    if lengths.min() < T:                                # some sequence is shorter than the buffer
+        beyond = np.arange(T)[None, :] >= lengths[:, None]          # (B, T)
+        np.copyto(s, -np.inf, where=beyond[:, None, None, :])
+    p = softmax_inplace(s)
+    o = V.transpose(0, 1, 3, 2) @ p.transpose(0, 1, 3, 2)   # (B, G, d, T) @ (B, G, T, r) -> (B, G, d, r)
+    return o.transpose(0, 1, 3, 2).reshape(B, H, d)

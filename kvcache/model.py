@@ -1,0 +1,369 @@
+"""A Llama-architecture decoder in numpy: the model people serve, small enough to read.
+
+Shapes (letters of ``kvcache.config``; N tokens at once, B sequences)::
+
+    token ids (N,) -> x = embed[ids]                                    (N, D)
+    L times:
+        h = rms_norm(x)
+        q, k, v = h Wq^T, h Wk^T, h Wv^T                                (N, H, d), (N, G, d), (N, G, d)
+        q, k = rope(q, positions), rope(k, positions)
+        o = attention(q, k, v)      grouped: H / G query heads per kv head   (N, H, d)
+        x = x + o Wo^T
+        x = x + W_down (silu(W_gate rms_norm(x)) * W_up rms_norm(x))    SwiGLU
+    logits = rms_norm(x) W_out^T                                        (N, V)
+
+Two ways to run it:
+
+* ``logits(token_ids)``: one whole sequence, causal attention over its own keys, no cache.  The
+  reference: every cached path is tested against it.
+* ``forward(tokens, counts, cache)``: counts[b] new tokens for each sequence b of a ``KVCache``,
+  at positions lengths[b] .. lengths[b] + counts[b] - 1.  Each layer hands its keys and values
+  to its cache (``update``) and asks it for the attention (``attend``); the model never sees how
+  the cache lays them out.  ``prefill`` (whole prompts) and ``decode`` (one token each) are the
+  two uses.
+
+Weights keep transformers' orientation, (out, in), and products are x W^T (``kvcache.linear``).
+The query, key and value projections are stacked into one (H d + 2 G d, D) matrix and gate/up
+into one (2F, D): one matrix product each instead of three and two.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .cache import KVCache, new_cache
+from .checkpoint import read_config, read_state_dict
+from .config import ModelConfig
+from .gqa import causal_attention
+from .linear import linear
+from .norm import rms_norm, swiglu
+from .rope import apply_rope, rope_cos_sin
+
+__all__ = ["Model", "LayerWeights", "StateDictError", "hf_parameter_shapes", "random_state_dict",
+           "MODEL_DTYPES"]
+
+MODEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class StateDictError(ValueError):
+    """Tensors missing, unexpected or of the wrong shape (each named in the message)."""
+
+
+def hf_parameter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The tensors of transformers' LlamaForCausalLM and their shapes, in order."""
+    D, F, d = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, D)}
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (cfg.num_attention_heads * d, D),
+            p + "self_attn.k_proj.weight": (cfg.num_key_value_heads * d, D),
+            p + "self_attn.v_proj.weight": (cfg.num_key_value_heads * d, D),
+            p + "self_attn.o_proj.weight": (D, cfg.num_attention_heads * d),
+            p + "mlp.gate_proj.weight": (F, D),
+            p + "mlp.up_proj.weight": (F, D),
+            p + "mlp.down_proj.weight": (D, F),
+            p + "input_layernorm.weight": (D,),
+            p + "post_attention_layernorm.weight": (D,),
+        })
+    shapes["model.norm.weight"] = (D,)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, D)
+    return shapes
+
+
+def random_state_dict(config, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights under transformers' names (float32 values, fixed seed).
+
+    Projections are N(0, 1 / fan_in) (unit-variance outputs), the residual branches' output
+    projections a further 1 / sqrt(2 L) smaller so the residual stream does not blow up with
+    depth, norm gains 1, embeddings N(0, 1), and the output layer scaled so that logits have a
+    spread of about 3: an untrained model, but one whose next-token choice is not a near-tie.
+    """
+    cfg = ModelConfig.from_dict(config)
+    rng = np.random.default_rng(seed)
+    D, L = cfg.hidden_size, cfg.num_hidden_layers
+
+    def normal(shape, std):
+        return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+    state = {}
+    for name, shape in hf_parameter_shapes(cfg).items():
+        if name.endswith("norm.weight"):
+            state[name] = np.ones(shape, np.float32)
+        elif name == "model.embed_tokens.weight":
+            state[name] = normal(shape, 3.0 / np.sqrt(D) if cfg.tie_word_embeddings else 1.0)
+        elif name == "lm_head.weight":
+            state[name] = normal(shape, 3.0 / np.sqrt(D))
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            state[name] = normal(shape, 1.0 / np.sqrt(2 * L) / np.sqrt(shape[1]))
+        else:
+            state[name] = normal(shape, 1.0 / np.sqrt(shape[1]))
+    return state
+
+
+def _to_numpy(value):
+    """A numpy array from an array, a list, or a tensor of a framework that has ``.detach()``."""
+    if hasattr(value, "detach"):                 # a torch tensor: through float64, whatever its dtype
+        value = value.detach().cpu().double().numpy()
+    return np.asarray(value)
+
+
+def _dtype(dtype) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt not in MODEL_DTYPES:        # (np.dtype(None) is float64: test None first)
+        raise ValueError(f"model dtype must be float32 or float64, got {dtype!r}")
+    return dt
+
+
+@dataclass
+class LayerWeights:
+    """One decoder layer's weights, stacked for fewer products."""
+
+    attn_norm: np.ndarray     # (D,)
+    wqkv: np.ndarray          # (H d + 2 G d, D): q_proj, k_proj, v_proj rows
+    wo: np.ndarray            # (D, H d)
+    mlp_norm: np.ndarray      # (D,)
+    w_gate_up: np.ndarray     # (2F, D): gate_proj, up_proj rows
+    w_down: np.ndarray        # (D, F)
+
+
+class Model:
+    """A Llama model with numpy weights of one dtype (float32 for speed, float64 for exactness)."""
+
+    def __init__(self, config: ModelConfig, embed: np.ndarray, layers: list[LayerWeights],
+                 norm: np.ndarray, lm_head: np.ndarray):
+        self.config = config
+        self.embed = embed            # (V, D)
+        self.layers = layers
+        self.norm = norm              # (D,)
+        self.lm_head = lm_head        # (V, D): the embedding table itself when tied
+        self.dtype = embed.dtype
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def from_hf(cls, state_dict: dict, config, dtype=np.float32) -> "Model":
+        """A model from transformers' LlamaForCausalLM tensors and its config.json dict.
+
+        ``state_dict`` maps transformers' names to arrays (numpy, or torch tensors).  Every problem
+        is reported at once, each tensor by name: missing, unexpected, wrong shape, not numbers,
+        not finite.  ``lm_head.weight`` may accompany tied embeddings only if it equals the
+        embedding table (as ``model.state_dict()`` of a tied model has it).
+        """
+        cfg = ModelConfig.from_dict(config)
+        dt = _dtype(dtype)
+        if not hasattr(state_dict, "keys"):
+            raise TypeError(f"state_dict must map tensor names to arrays, got {type(state_dict).__name__}")
+        expected = hf_parameter_shapes(cfg)
+        given = {name: state_dict[name] for name in state_dict.keys()}
+        problems = []
+        tied_head = given.pop("lm_head.weight", None) if cfg.tie_word_embeddings else None
+        for name in expected:
+            if name not in given:
+                problems.append(f"missing {name} {expected[name]}")
+        for name in given:
+            if name not in expected:
+                problems.append(f"unexpected {name}")
+        arrays = {}
+        for name, shape in expected.items():
+            if name not in given:
+                continue
+            try:
+                arr = _to_numpy(given[name])
+            except Exception as err:                   # noqa: BLE001 - any unreadable value is named
+                problems.append(f"{name} is not an array ({err})")
+                continue
+            if arr.shape != shape:
+                problems.append(f"{name} has shape {arr.shape}, expected {shape}")
+            elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+                problems.append(f"{name} holds {arr.dtype}, not numbers")
+            elif not np.all(np.isfinite(arr)):
+                problems.append(f"{name} holds non-finite values")
+            else:
+                arrays[name] = arr.astype(dt)
+        if tied_head is not None and "model.embed_tokens.weight" in arrays:
+            head = _to_numpy(tied_head)
+            if head.shape != expected["model.embed_tokens.weight"] or \
+                    not np.array_equal(head.astype(dt), arrays["model.embed_tokens.weight"]):
+                problems.append("unexpected lm_head.weight: tie_word_embeddings is true and it differs from "
+                                "model.embed_tokens.weight")
+        if problems:
+            raise StateDictError("state dict does not fit the config: " + "; ".join(problems))
+
+        layers = []
+        for i in range(cfg.num_hidden_layers):
+            p = f"model.layers.{i}."
+            w = {k[len(p):]: v for k, v in arrays.items() if k.startswith(p)}
+            layers.append(LayerWeights(
+                attn_norm=w["input_layernorm.weight"],
+                wqkv=np.concatenate([w["self_attn.q_proj.weight"], w["self_attn.k_proj.weight"],
+                                     w["self_attn.v_proj.weight"]]),
+                wo=w["self_attn.o_proj.weight"],
+                mlp_norm=w["post_attention_layernorm.weight"],
+                w_gate_up=np.concatenate([w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"]]),
+                w_down=w["mlp.down_proj.weight"]))
+        embed = arrays["model.embed_tokens.weight"]
+        head = embed if cfg.tie_word_embeddings else arrays["lm_head.weight"]
+        return cls(cfg, embed, layers, arrays["model.norm.weight"], head)
+
+    @classmethod
+    def load(cls, path, dtype=np.float32) -> "Model":
+        """A model from a folder written by ``save_pretrained`` (config.json and safetensors)."""
+        config = read_config(path)
+        cfg = ModelConfig.from_dict(config)        # refuse an unsupported model before reading tensors
+        return cls.from_hf(read_state_dict(path), cfg, dtype)
+
+    @classmethod
+    def random(cls, config, seed: int = 0, dtype=np.float32) -> "Model":
+        """A model with random weights (``random_state_dict``, fixed seed), for the chapters and
+        the benchmarks."""
+        cfg = ModelConfig.from_dict(config)
+        return cls.from_hf(random_state_dict(cfg, seed), cfg, dtype)
+
+    # ------------------------------------------------------------------ one layer, any attention
+
+    def _layer(self, x, w: LayerWeights, cos, sin, attend):
+        """x (N, D) -> (N, D).  ``attend(q (N, H, d), k (N, G, d), v (N, G, d)) -> (N, H, d)``."""
+        cfg = self.config
+        N = x.shape[0]
+        h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)
+        qkv = linear(h, w.wqkv)                                         # (N, H d + 2 G d)
+        H, G = cfg.num_attention_heads, cfg.num_key_value_heads
+        qk = apply_rope(qkv[:, : cfg.q_width + cfg.kv_width].reshape(N, H + G, cfg.head_dim), cos, sin)
+        q, k = qk[:, :H], qk[:, H:]                                     # (N, H, d), (N, G, d)
+        v = qkv[:, cfg.q_width + cfg.kv_width:].reshape(N, G, cfg.head_dim)
+        o = attend(q, k, v)                                             # (N, H, d)
+        x = x + linear(o.reshape(N, cfg.q_width), w.wo)
+        return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
+
+    def _head(self, x):
+        """Final norm and output layer: (n, D) -> (n, V)."""
+        return linear(rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head)
+
+    def _rope(self, positions):
+        return rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, self.dtype)
+
+    # ------------------------------------------------------------------ no cache: the reference
+
+    def check_tokens(self, token_ids, what: str = "token ids") -> np.ndarray:
+        """token_ids as an int64 array (N,), or a ValueError naming the first bad one."""
+        arr = np.asarray(token_ids)
+        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise ValueError(f"{what} must be a 1-d sequence of integers, got {token_ids!r:.80}")
+        arr = arr.astype(np.int64)
+        bad = np.flatnonzero((arr < 0) | (arr >= self.config.vocab_size))
+        if len(bad):
+            i = int(bad[0])
+            raise ValueError(f"{what}: token id {int(arr[i])} at position {i} is outside the vocabulary "
+                             f"(0 .. {self.config.vocab_size - 1})")
+        return arr
+
+    def _hidden_no_cache(self, token_ids) -> np.ndarray:
+        ids = self.check_tokens(token_ids)
+        T = len(ids)
+        if T == 0:
+            raise ValueError("token ids are empty: there is nothing to compute")
+        if T > self.config.max_position_embeddings:
+            raise ValueError(f"{T} tokens exceed max_position_embeddings ({self.config.max_position_embeddings})")
+        cos, sin = self._rope(np.arange(T))
+        x = self.embed[ids]                                             # (T, D)
+        for w in self.layers:
+            x = self._layer(x, w, cos, sin, causal_attention)
+        return x
+
+    def logits(self, token_ids) -> np.ndarray:
+        """The logits of every position of one sequence, recomputed from scratch: (T,) -> (T, V)."""
+        return self._head(self._hidden_no_cache(token_ids))
+
+    def next_logits(self, token_ids) -> np.ndarray:
+        """The logits after the last token, recomputed from scratch (no cache): (T,) -> (V,)."""
+        return self._head(self._hidden_no_cache(token_ids)[-1:])[0]
+
+    # ------------------------------------------------------------------ with a cache
+
+    def new_cache(self, batch: int, max_len: int | None = None, kind: str = "contiguous", dtype=None,
+                  capacity: int | None = None, **options) -> KVCache:
+        """An empty cache for ``batch`` sequences of up to ``max_len`` tokens (default: the model's
+        max_position_embeddings), in layout ``kind`` and storage ``dtype`` (default: the model's)."""
+        cfg = self.config
+        max_len = cfg.max_position_embeddings if max_len is None else max_len
+        if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or \
+                not 1 <= max_len <= cfg.max_position_embeddings:
+            raise ValueError(f"max_len must be an integer from 1 to max_position_embeddings "
+                             f"({cfg.max_position_embeddings}), got {max_len!r}")
+        return new_cache(kind, n_layers=cfg.num_hidden_layers, batch=batch,
+                         kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, max_len=int(max_len),
+                         dtype=self.dtype.name if dtype is None else dtype, compute_dtype=self.dtype,
+                         capacity=capacity, **options)
+
+    def forward(self, tokens, counts, cache: KVCache) -> np.ndarray:
+        """counts[b] new tokens for each sequence b of ``cache``; returns the logits after each
+        sequence's last new token, (B, V).  The cache grows by counts[b] positions per row.
+
+        tokens (N,) packed, sequence 0's first; N = sum(counts).  Everything is checked (token
+        ids, room in the cache) before anything is written.
+        """
+        counts = cache.reserve(counts)
+        x = self._hidden_cached(tokens, counts, cache)
+        return self._head(x[np.cumsum(counts) - 1])                     # each row's last new token
+
+    def _hidden_cached(self, tokens, counts: np.ndarray, cache: KVCache) -> np.ndarray:
+        """The final hidden states (N, D) of the packed new tokens, writing their keys and values."""
+        ids = self.check_tokens(tokens)
+        if len(ids) != int(counts.sum()):
+            raise ValueError(f"{len(ids)} tokens given for counts summing to {int(counts.sum())}")
+        starts = np.asarray(cache.lengths)                              # (B,)
+        last = int((starts + counts).max())
+        if last > self.config.max_position_embeddings:
+            raise ValueError(f"a sequence would reach {last} tokens, past max_position_embeddings "
+                             f"({self.config.max_position_embeddings})")
+        if np.all(counts == 1):                                         # decode: each row's next position
+            positions = starts
+        else:
+            positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])   # (N,)
+        cos, sin = self._rope(positions)
+        x = self.embed[ids]                                             # (N, D)
+        for w, layer_cache in zip(self.layers, cache):
+            def attend(q, k, v, layer_cache=layer_cache):
+                layer_cache.update(k, v, counts)
+                return layer_cache.attend(q, counts)
+            x = self._layer(x, w, cos, sin, attend)
+        return x
+
+    def prefill(self, prompts, cache: KVCache, padded: bool = False) -> np.ndarray:
+        """Run whole prompts (one per sequence of ``cache``, all empty) -> logits (B, V).
+
+        Ragged (default): the prompts are packed end to end, N = sum(T_b) tokens, and each
+        attends to its own keys only: no token is wasted, and since the cache keeps one length
+        per sequence, no padding is stored to be read again at every decode step (transformers
+        left-pads a batch and masks the pads, which stay in its cache).  ``padded=True`` computes
+        what a rectangular batch would: every prompt right-padded to T_max = max(T_b) (B T_max
+        tokens), then each sequence's length set back to T_b (attention is causal: the real
+        tokens never see the padding after them).  The same logits; what the padding costs is
+        measured in bench_engine.
+        """
+        prompts = [self.check_tokens(p, f"prompt {i}") for i, p in enumerate(prompts)]
+        if len(prompts) != cache.batch or np.any(np.asarray(cache.lengths) != 0):
+            raise ValueError(f"prefill needs an empty cache with one sequence per prompt "
+                             f"({len(prompts)} prompts, cache of {cache.batch})")
+        lengths = np.array([len(p) for p in prompts], np.int64)
+        if np.any(lengths < 1):
+            raise ValueError(f"prompt {int(np.flatnonzero(lengths < 1)[0])} is empty")
+        if not padded:
+            return self.forward(np.concatenate(prompts), lengths, cache)
+        T = int(lengths.max())
+        counts = cache.reserve(np.full(len(prompts), T))
+        tokens = np.concatenate([np.concatenate([p, np.zeros(T - len(p), np.int64)]) for p in prompts])
+        x = self._hidden_cached(tokens, counts, cache)                 # (B T, D)
+        cache.crop(lengths)                                             # forget the padding
+        return self._head(x[np.arange(len(prompts)) * T + lengths - 1])
+
+    def decode(self, tokens, cache: KVCache) -> np.ndarray:
+        """One new token per sequence: tokens (B,) -> logits (B, V)."""
+        return self.forward(tokens, np.ones(cache.batch, np.int64), cache)

@@ -1,0 +1,91 @@
+"""Rotary positions, RMSNorm and SwiGLU against their definitions, and grouped attention's grouping."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from kvcache.gqa import attend_new_tokens, causal_attention, decode_attention
+from kvcache.norm import rms_norm, silu, swiglu
+from kvcache.rope import apply_rope, inverse_frequencies, rope_cos_sin
+
+
+def test_inverse_frequencies():
+    np.testing.assert_allclose(inverse_frequencies(8, 10000.0), [1.0, 0.1, 0.01, 0.001])
+
+
+def test_rope_turns_each_pair_by_its_angle():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 2, 8))
+    pos = np.array([0, 5, 17])
+    out = apply_rope(x, *rope_cos_sin(pos, 8, 100.0))
+    w = inverse_frequencies(8, 100.0)
+    for n, p in enumerate(pos):
+        for i in range(4):
+            a = p * w[i]
+            rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+            for h in range(2):
+                np.testing.assert_allclose(out[n, h, [i, i + 4]], rot @ x[n, h, [i, i + 4]], atol=1e-12)
+    np.testing.assert_array_equal(out[0], x[0])                    # position 0 does not turn
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 500), st.integers(0, 500), st.integers(0, 100))
+def test_rope_scores_depend_on_relative_position_only(p, p2, shift):
+    rng = np.random.default_rng(p * 1000 + p2)
+    q, k = rng.standard_normal((1, 1, 16)), rng.standard_normal((1, 1, 16))
+
+    def score(a, b):
+        return (apply_rope(q, *rope_cos_sin([a], 16, 10000.0)) * apply_rope(k, *rope_cos_sin([b], 16, 10000.0))).sum()
+
+    np.testing.assert_allclose(score(p, p2), score(p + shift, p2 + shift), rtol=1e-9, atol=1e-9)
+
+
+def test_rms_norm_and_swiglu_follow_their_formulas():
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((4, 6)), rng.standard_normal(6)
+    want = x / np.sqrt((x ** 2).mean(axis=1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(rms_norm(x, w, 1e-5), want, rtol=1e-12)
+    z = np.array([-800.0, -3.0, 0.0, 2.0, 800.0])
+    np.testing.assert_allclose(silu(z), [0.0, -3 / (1 + np.exp(3)), 0.0, 2 / (1 + np.exp(-2)), 800.0], atol=1e-12)
+    wg, wu, wd = rng.standard_normal((5, 6)), rng.standard_normal((5, 6)), rng.standard_normal((6, 5))
+    g = x @ wg.T
+    want = (g / (1 + np.exp(-g)) * (x @ wu.T)) @ wd.T
+    np.testing.assert_allclose(swiglu(x, np.concatenate([wg, wu]), wd), want, rtol=1e-10)
+
+
+def grouped_reference(q, k, v):
+    """Each query head h on key/value head h // (H / G), causal, one head at a time."""
+    T, H, d = q.shape
+    G = k.shape[1]
+    out = np.zeros_like(q)
+    for h in range(H):
+        g = h // (H // G)
+        s = q[:, h] @ k[:, g].T / np.sqrt(d)
+        s[np.triu_indices(T, 1)] = -np.inf
+        w = np.exp(s - s.max(1, keepdims=True))
+        out[:, h] = (w / w.sum(1, keepdims=True)) @ v[:, g]
+    return out
+
+
+def test_grouped_causal_attention_and_query_blocks():
+    rng = np.random.default_rng(2)
+    q, k, v = rng.standard_normal((700, 6, 4)), rng.standard_normal((700, 2, 4)), rng.standard_normal((700, 2, 4))
+    np.testing.assert_allclose(causal_attention(q, k, v), grouped_reference(q, k, v), rtol=1e-10, atol=1e-12)
+    # the last 3 queries against the whole cache equal the last 3 rows of full attention
+    tail = attend_new_tokens(q[-3:], k.transpose(1, 0, 2), v.transpose(1, 0, 2))
+    np.testing.assert_allclose(tail, grouped_reference(q, k, v)[-3:], rtol=1e-10, atol=1e-12)
+
+
+def test_decode_attention_uses_each_length():
+    rng = np.random.default_rng(3)
+    B, H, G, T, d = 3, 4, 2, 9, 4
+    q = rng.standard_normal((B, H, d))
+    K, V = rng.standard_normal((B, G, T, d)), rng.standard_normal((B, G, T, d))
+    lengths = np.array([9, 1, 5])
+    out = decode_attention(q, K, V, lengths)
+    for b, t in enumerate(lengths):
+        for h in range(H):
+            g = h // 2
+            s = K[b, g, :t] @ q[b, h] / 2.0
+            w = np.exp(s - s.max())
+            np.testing.assert_allclose(out[b, h], (w / w.sum()) @ V[b, g, :t], rtol=1e-12)
