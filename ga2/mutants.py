@@ -40,7 +40,7 @@ from .checks import edit_params, edit_programs, rebuild, with_fields  # noqa: F4
 
 __all__ = [
     "Mutant", "MUTANTS", "EQUIVALENT", "BOUND", "BadAnchor", "MutantResult",
-    "builder_path", "builder_source", "anchor_count", "mutate", "load_builder", "load_mutant",
+    "builder_path", "builder_source", "anchor_count", "mutate", "load_builder", "load_mutant", "find",
     "rebuild", "edit_programs", "edit_params", "with_fields",
     "judge_builder", "evaluate", "mutation_table", "summary", "to_json", "format_table", "main",
 ]
@@ -177,9 +177,18 @@ def load_builder(source: str, name: str | None = None):
     return module
 
 
-def load_mutant(mutant: Mutant):
-    """The builder with ``mutant`` applied, as a module (``load_mutant(m).program(...)``)."""
-    return load_builder(mutate(mutant))
+def load_mutant(mutant: Mutant | str):
+    """The builder with ``mutant`` (or the mutant of that label) applied, as a module
+    (``load_mutant(m).program(...)``)."""
+    return load_builder(mutate(find(mutant) if isinstance(mutant, str) else mutant))
+
+
+def find(label: str) -> Mutant:
+    """The mutant (of ``MUTANTS`` or ``EQUIVALENT``) with this label."""
+    for mutant in MUTANTS + EQUIVALENT:
+        if mutant.label == label:
+            return mutant
+    raise KeyError(f"no mutant labelled {label!r}")
 
 
 # ---------------------------------------------------------------- judging a mutant
