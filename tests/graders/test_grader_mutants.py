@@ -405,3 +405,55 @@ def test_nothing_of_the_submission_reaches_the_result():
     assert "SECRET-WORDS" not in text and "SPOKEN-WORDS" not in text
     assert "not kept" in result["submission_output"]
     assert part_2(result)[0]["status"] == "failed"         # an exception rejects: here, the correct builder
+
+
+# ------------------------------------------------------------------ the public checks, and the CLI
+
+def test_the_public_checks_run_in_the_sandbox_on_both_functions():
+    """`graders check` runs the exercise's public checks on the submission's two functions, with
+    the whole of ga2 there (the public checks are public: they build their mutants from ga2.attn)."""
+    from graders import check_file
+    report = check_file(ROOT / "solutions" / "mutants.ipynb")
+    assert report["problem"] is None, report["problem"]
+    assert [o["status"] for o in report["outcomes"]] == ["passed"] * 5
+    untouched = check_file(ROOT / "exercises" / "mutants.ipynb")
+    assert [o["status"] for o in untouched["outcomes"]] == ["not implemented"] * 5
+
+
+def test_the_public_checks_name_what_a_wrong_check_does():
+    from public_checks import evaluate
+    namespace = {}
+    exec(textwrap.dedent(COURSE_CHECKS), namespace)
+    outcomes = {o.description: o for o in evaluate("mutants", namespace["predict_catches"], namespace[ex.CHECK])}
+    assert outcomes["check_builder accepts the course's builder (ga2.attn)"].status == "passed"
+    assert outcomes["check_builder rejects three of chapter 11's mutants"].status == "passed"
+    assert "no prediction for 9 of the 9 mutants" in outcomes[
+        "predict_catches gives a set of checks for every listed mutant"].message
+    exec(textwrap.dedent(REJECT_ALL), namespace)
+    outcomes = {o.description: o for o in evaluate("mutants", namespace["predict_catches"], namespace[ex.CHECK])}
+    assert "rejects the course's own builder" in outcomes["check_builder accepts the course's builder (ga2.attn)"].message
+
+
+def test_the_public_checks_say_when_the_builder_cannot_run_yet(monkeypatch):
+    """In a learner's copy the builder runs only once their requantizer and attention tail are in."""
+    from public_checks import evaluate
+    import ga2.attn
+
+    def starter(*args, **kwargs):
+        raise NotImplementedError("ga2.attn.attention_tail is the exercise attention_tail of chapter 10")
+    monkeypatch.setattr(ga2.attn, "attention_tail", starter)
+    namespace = {}
+    exec(textwrap.dedent(ACCEPT_ALL), namespace)
+    outcomes = evaluate("mutants", namespace["predict_catches"], namespace[ex.CHECK])
+    part_2 = [o for o in outcomes if o.description.startswith("check_builder")]
+    assert all(o.status == "failed" and "cannot run in this copy of the course yet" in o.message
+               and "attention_tail" in o.message for o in part_2)
+
+
+def test_the_list_shows_the_parts(capsys):
+    from graders.cli import main
+    assert main(["list"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("mutants"))
+    parts = len(registry.items("mutants"))
+    assert f"{len(registry.tests('mutants'))} tests in {parts} parts" in line
+    assert f"{sum(i.points for i in registry.items('mutants')):g} points" in line
