@@ -58,6 +58,7 @@ def test_the_checks_loops(ch11):
     assert (g["ch11_loops"], g["ch11_steps"], g["ch11_runs"]) == (24, 4 * sum(LENGTHS), 8 * sum(LENGTHS))
     assert (g["ch11_longest"], g["ch11_plan_tokens"]) == (24, 32)
     assert g["ch11_found_correct"] == 0
+    assert g["ch11_table_builders"] == 25 and g["ch11_table_seconds"] > 0     # measured: only its sign
     # the bound is about twice the correct builder's worst error
     assert 1.6 < g["ch11_bound_ratio"] < 2.4 and 0.05 < g["ch11_worst"] < 0.075
 
