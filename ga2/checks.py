@@ -15,25 +15,37 @@
 
 Every function takes the builder as a module (``ga2.attn`` or a mutated copy of it): its
 ``make_example``, ``rq_params`` and ``sequence`` are the things being checked.
+
+To see what a check catches, make a builder with a mistake in it from the builder module itself,
+without its text: ``rebuild`` copies a builder with some of its names replaced,
+``edit_programs`` passes every program it builds through an edit (``with_fields`` changes an
+instruction's fields), ``edit_params`` its requantizer parameters.  They work on any builder
+module, a learner's copy of ``ga2.attn`` with an attention tail of their own included.
 """
 from __future__ import annotations
 
+import itertools
 import math
+import sys
+import types
 from typing import NamedTuple
 
 import numpy as np
 
+from .instructions import Instr, build
 from .plan import D, SP_KC, SP_O8, SP_Q8, SP_S8, SP_VC, SP_W
 from .quant import QMAX, matmul_int8, quantize, requant, round_half_away, saturate
 from .softmax import ONE_IN, softmax_fixed_array
 
 __all__ = ["Finding", "rel_error", "int_reference", "stagewise_problems", "findings", "check_pipeline",
-           "CHECKS", "DEFAULT_SEEDS", "DEFAULT_LS"]
+           "CHECKS", "DEFAULT_SEEDS", "DEFAULT_LS", "DEFAULT_EXAMPLES",
+           "rebuild", "edit_programs", "edit_params", "with_fields"]
 
 CHECKS = {"a": "loop equality", "b": "accuracy bound", "c": "exact integer reference",
           "d": "stage-wise real-number check"}
 DEFAULT_SEEDS = range(4)
 DEFAULT_LS = (1, 2, 5, 9, 16, 24)
+DEFAULT_EXAMPLES = DEFAULT_SEEDS   # the examples of each length: make_example(L, 100 * L + n), n in these
 
 
 class Finding(NamedTuple):
@@ -195,3 +207,59 @@ def check_pipeline(builder, seeds=DEFAULT_SEEDS, Ls=DEFAULT_LS, bound=None, exac
     """``(worst_error, problems)`` of the chosen checks on ``builder``'s decode loops (messages)."""
     worst, found = findings(builder, seeds, Ls, bound, exact, stagewise)
     return worst, [f.message for f in found]
+
+
+# ---------------------------------------------------------------- builders made from a builder
+_rebuilt = itertools.count()
+
+
+def rebuild(builder, name: str | None = None, **replacements):
+    """A copy of the builder module ``builder`` in which ``replacements`` stand for its names.
+
+    Every function of the module is copied with the copy's namespace as its globals, so a
+    replaced ``program`` is the one the copy's ``sequence`` calls, and a replaced ``rq_params``
+    the one its ``int_reference`` uses.  Nothing of the module's text is read: this works on a
+    builder whose source is not there (the learner's copy, with their own attention tail).
+    """
+    name = name or f"ga2._rebuilt_{next(_rebuilt)}"
+    copy = types.ModuleType(name)
+    namespace = copy.__dict__
+    own = vars(builder)
+    namespace.update({k: v for k, v in own.items() if k not in ("__name__", "__spec__", "__loader__")})
+    namespace["__name__"] = name
+    namespace.update(replacements)
+    for key, value in list(namespace.items()):
+        if key in replacements or not isinstance(value, types.FunctionType) or value.__globals__ is not own:
+            continue                                # only the builder's own functions are copied
+        fresh = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__,
+                                   value.__closure__)
+        fresh.__kwdefaults__ = value.__kwdefaults__
+        fresh.__qualname__, fresh.__doc__ = value.__qualname__, value.__doc__
+        fresh.__dict__.update(value.__dict__)
+        namespace[key] = fresh
+    sys.modules[name] = copy          # the builder's check_pipeline finds itself by name
+    return copy
+
+
+def edit_programs(builder, edit):
+    """The builder with every program passed through ``edit(L, variant, program) -> program``."""
+    original = builder.program
+
+    def program(L, variant, params, beyond_plan=False):
+        return list(edit(L, variant, list(original(L, variant, params, beyond_plan=beyond_plan))))
+    return rebuild(builder, program=program)
+
+
+def edit_params(builder, edit):
+    """The builder with its requantizer parameters passed through ``edit(params) -> params``
+    (the programs and the builder's own ``int_reference`` both see the edited ones)."""
+    original = builder.rq_params
+
+    def rq_params(example):
+        return edit(dict(original(example)))
+    return rebuild(builder, rq_params=rq_params)
+
+
+def with_fields(ins: Instr, **changes) -> Instr:
+    """``ins`` with some of its fields changed: ``with_fields(mm, tb=0)``."""
+    return build(ins.op, **{**ins.fields, **changes})

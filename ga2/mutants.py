@@ -15,6 +15,11 @@ mutant is not run again, and the run stops once all three have (``stop_early``):
 verdicts are those of the full run, the work is not.  ``EQUIVALENT`` holds two
 changes that look like bugs and are not: no check should catch them.
 
+A mutant can also be made without the builder's text, from the module itself (a copy of the
+learner's ``ga2.attn`` whose attention tail is their own, say): ``ga2.checks`` has ``rebuild``,
+``edit_programs``, ``edit_params`` and ``with_fields`` for that (this module takes them over).
+``judge_builder`` applies the three checks to any builder module, however it was made.
+
     python -m ga2.mutants [--json OUT] [--workers 2] [--timeout 300]
 """
 from __future__ import annotations
@@ -31,11 +36,13 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from . import checks
+from .checks import edit_params, edit_programs, rebuild, with_fields  # noqa: F401 - part of this module's API
 
 __all__ = [
     "Mutant", "MUTANTS", "EQUIVALENT", "BOUND", "BadAnchor", "MutantResult",
-    "builder_path", "builder_source", "anchor_count", "mutate", "load_builder", "load_mutant",
-    "evaluate", "mutation_table", "summary", "to_json", "format_table", "main",
+    "builder_path", "builder_source", "anchor_count", "mutate", "load_builder", "load_mutant", "find",
+    "rebuild", "edit_programs", "edit_params", "with_fields",
+    "judge_builder", "evaluate", "mutation_table", "summary", "to_json", "format_table", "main",
 ]
 
 BOUND = 0.12  # check (b): twice the worst error of the correct builder on these examples
@@ -170,12 +177,37 @@ def load_builder(source: str, name: str | None = None):
     return module
 
 
-def load_mutant(mutant: Mutant):
-    """The builder with ``mutant`` applied, as a module (``load_mutant(m).program(...)``)."""
-    return load_builder(mutate(mutant))
+def load_mutant(mutant: Mutant | str):
+    """The builder with ``mutant`` (or the mutant of that label) applied, as a module
+    (``load_mutant(m).program(...)``)."""
+    return load_builder(mutate(find(mutant) if isinstance(mutant, str) else mutant))
+
+
+def find(label: str) -> Mutant:
+    """The mutant (of ``MUTANTS`` or ``EQUIVALENT``) with this label."""
+    for mutant in MUTANTS + EQUIVALENT:
+        if mutant.label == label:
+            return mutant
+    raise KeyError(f"no mutant labelled {label!r}")
 
 
 # ---------------------------------------------------------------- judging a mutant
+def judge_builder(builder, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, bound: float = BOUND,
+                  machine=None) -> tuple[dict, str]:
+    """Which of checks (b), (c), (d) catch the builder module ``builder``: ``({"b", "c", "d": bool},
+    the first problem found)``.  One run of its decode loops, each check including (a); a crash
+    of the builder itself is caught by all three."""
+    try:
+        _, found = checks.findings(builder, seeds, Ls, bound=bound, exact=True, stagewise=True,
+                                   contain_crashes=True, machine=machine, stop_early=True)
+    except Exception as err:  # noqa: BLE001 - the builder crashed: every check notices
+        return {"b": True, "c": True, "d": True}, f"crashed: {type(err).__name__}: {err}"
+    kinds = {f.check for f in found}
+    loop = "a" in kinds
+    caught = {"b": loop or "b" in kinds, "c": loop or "c" in kinds, "d": loop or "d" in kinds}
+    return caught, found[0].message if found else ""
+
+
 def evaluate(mutant: Mutant, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, bound: float = BOUND,
              equivalent: bool | None = None, machine=None) -> MutantResult:
     """Run the mutated builder's decode loops once and apply checks (b), (c), (d) to the run.
@@ -187,19 +219,13 @@ def evaluate(mutant: Mutant, seeds=checks.DEFAULT_SEEDS, Ls=checks.DEFAULT_LS, b
     result = MutantResult(mutant.label, equivalent)
     try:
         builder = load_mutant(mutant)
-        _, found = checks.findings(builder, seeds, Ls, bound=bound, exact=True, stagewise=True,
-                                   contain_crashes=True, machine=machine, stop_early=True)
     except BadAnchor:
         raise
-    except Exception as err:  # noqa: BLE001 - the mutated builder crashed: every check notices
+    except Exception as err:  # noqa: BLE001 - the mutated text does not even load: every check notices
         result.caught = {"b": True, "c": True, "d": True}
         result.note = f"crashed: {type(err).__name__}: {err}"
     else:
-        kinds = {f.check for f in found}
-        loop = "a" in kinds
-        result.caught = {"b": loop or "b" in kinds, "c": loop or "c" in kinds, "d": loop or "d" in kinds}
-        if found:
-            result.note = found[0].message
+        result.caught, result.note = judge_builder(builder, seeds, Ls, bound, machine)
     result.seconds = time.perf_counter() - start
     return result
 

@@ -83,8 +83,8 @@ def grade_blob(data: bytes, filename: str, exercise: str, limits: dict, isolatio
 
 
 def _failed(exercise: str, label: str, sha: str, why: str) -> dict:
-    tests = [test_entry(t.name, t.points, False, "not graded: the grader failed", t.visibility)
-             for t in registry.tests(exercise)]
+    tests = [test_entry(i.name, i.points, False, "not graded: the grader failed", i.visibility)
+             for i in registry.items(exercise)]
     return make_result(exercise=exercise, tests=tests, status="grader_error", isolation="none",
                        execution_time=0.0, output=f"The grader failed on this submission: {why}",
                        submission=label, sha256=sha, fingerprint=registry.fingerprint(exercise))
@@ -108,7 +108,7 @@ def _file_sha256(path: Path) -> str:
 
 def _unreadable(exercise: str, label: str, err: OSError) -> dict:
     why = f"the file could not be read ({err.strerror or type(err).__name__})"
-    tests = [test_entry(t.name, t.points, False, f"not run: {why}", t.visibility) for t in registry.tests(exercise)]
+    tests = [test_entry(i.name, i.points, False, f"not run: {why}", i.visibility) for i in registry.items(exercise)]
     return make_result(exercise=exercise, tests=tests, status="unreadable", isolation="none",
                        execution_time=0.0, output=f"The submission could not be read: {why}. Every test scores 0.",
                        submission=label, fingerprint=registry.fingerprint(exercise))
@@ -246,10 +246,16 @@ def _cell(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
+def _column(number: int, item) -> str:
+    """The gradebook's header of a result's entry: its number and name ("t03 one token")."""
+    return f"t{number:02d} {item.name}"
+
+
 def write_gradebook(out_csv: Path, exercise: str, results: dict[str, dict]) -> None:
-    """The CSV: a row per submission, a column per test (its points), then the total, atomically."""
-    tests = registry.tests(exercise)
-    headers = ["submission", "status", "score", "max_score"] + [f"{t.id} {t.name}" for t in tests] + \
+    """The CSV: a row per submission, a column per entry of the results (a hidden test, or a part
+    of an exercise that reports in parts), then the total, atomically."""
+    tests = registry.items(exercise)
+    headers = ["submission", "status", "score", "max_score"] + [_column(k, t) for k, t in enumerate(tests, 1)] + \
               ["isolation", "execution_time", "sha256", "message"]
     buf = io.StringIO()
     writer = csv.writer(buf)

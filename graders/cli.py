@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from . import registry
-from .sandbox import Limits
+from .sandbox import SUBMISSION_SECONDS, TEST_SECONDS, Limits
 
 USAGE_ERROR = 2
 
@@ -65,10 +65,11 @@ def _memory(text: str) -> int:
 def _add_limits(p: argparse.ArgumentParser) -> None:
     d = Limits()
     g = p.add_argument_group("limits")
-    g.add_argument("--test-timeout", type=_positive_float, default=d.test_seconds, metavar="S",
-                   help=f"wall-clock seconds per test (default {d.test_seconds:g})")
-    g.add_argument("--timeout", type=_positive_float, default=d.submission_seconds, metavar="S",
-                   help=f"wall-clock seconds per submission (default {d.submission_seconds:g})")
+    g.add_argument("--test-timeout", type=_positive_float, default=None, metavar="S",
+                   help=f"wall-clock seconds per test (default {TEST_SECONDS:g}, or the exercise's own)")
+    g.add_argument("--timeout", type=_positive_float, default=None, metavar="S",
+                   help=f"wall-clock seconds per submission (default {SUBMISSION_SECONDS:g}, or the "
+                        "exercise's own)")
     g.add_argument("--memory", type=_memory, default=d.memory_bytes, metavar="SIZE",
                    help="address-space limit of the submission (default 2G)")
     g.add_argument("--isolation", choices=("auto", "bwrap", "subprocess"), default="auto",
@@ -76,8 +77,8 @@ def _add_limits(p: argparse.ArgumentParser) -> None:
 
 
 def _limits(args) -> Limits:
-    return Limits(memory_bytes=args.memory, test_seconds=args.test_timeout,
-                  submission_seconds=args.timeout, import_seconds=min(10.0, args.timeout))
+    return Limits(memory_bytes=args.memory, test_seconds=args.test_timeout, submission_seconds=args.timeout,
+                  import_seconds=10.0 if args.timeout is None else min(10.0, args.timeout))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,8 +170,8 @@ def _crash_result(args, err: BaseException) -> dict:
         from .grading import read_submission, resolve_exercise
         if name is None:
             name = resolve_exercise(read_submission(args.submission), Path(args.submission).name, None)
-        tests = [test_entry(t.name, t.points, False, "not graded: the grader failed", t.visibility)
-                 for t in registry.tests(name)]
+        tests = [test_entry(i.name, i.points, False, "not graded: the grader failed", i.visibility)
+                 for i in registry.items(name)]
     except Exception:  # noqa: BLE001
         pass
     return make_result(exercise=name, tests=tests, status="grader_error", isolation="none",
@@ -271,9 +272,10 @@ def _release(args) -> int:
 def _list(args) -> int:
     for name in registry.names():
         ex = registry.get(name)
-        tests = registry.tests(name)
-        print(f"{name:22s} chapter {ex.chapter:2d}  {len(tests):2d} tests, "
-              f"{sum(t.points for t in tests):g} points  ({', '.join(ex.functions)})")
+        tests, items = registry.tests(name), registry.items(name)
+        counted = f"{len(tests):2d} tests" if len(items) == len(tests) else f"{len(tests):2d} tests in {len(items)} parts"
+        print(f"{name:22s} chapter {ex.chapter:2d}  {counted}, "
+              f"{sum(i.points for i in items):g} points  ({', '.join(ex.functions)})")
     return 0
 
 

@@ -21,16 +21,25 @@
 ``check_file`` runs the public checks the same way (steps 1-5), with the public checks' package
 in the sandbox instead of hidden tests.
 
-Two kinds of exercise plug in at the seams above without changing the story.  An exercise whose
-function returns data that the grader must run itself (a GA-2 program for the ``ga2`` simulator)
-does so in step 6: its test's ``check`` receives the decoded data, validates it and runs it, in
-the grader's process, outside the sandbox.  An exercise whose function receives a module (a
-program builder) needs that package importable in the sandbox: ``Job.libs`` (step 3) already
-makes course packages importable there, read-only, for the public checks, and an argument that
-names a module would be decoded by the harness as an import of one of them.
+Exercises that need more plug in at the seams above without changing the story:
+
+- a function that returns data the grader must run itself (a GA-2 program for the ``ga2``
+  simulator) does so in step 6: its test's ``check`` receives the decoded data, validates it and
+  runs it, in the grader's process, outside the sandbox;
+- a function that receives a module (a program builder to judge) gets one: the test's argument
+  is a ``registry.Module`` (a module body the grader compiled), which the harness makes into a
+  module object with no source text, and the packages it imports are made importable in the
+  sandbox in step 3 (``Exercise.libs``: a copy of ``ga2`` without the modules that would answer
+  the question, materialized in the job folder);
+- tests marked ``isolated`` run in step 4 in a sandbox each, and tests of a later ``phase`` run
+  only when ``Exercise.proceed`` lets them (steps 4-6 repeat per phase);
+- ``Exercise.report`` turns the verdicts into the result's entries in step 7 (one entry for many
+  tests, partial credit), and ``Exercise.quiet`` keeps every word that comes from the sandbox
+  (what the submission printed, its exceptions' messages) out of the result.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import json
@@ -49,7 +58,7 @@ from . import registry
 from .checks import CallResult, Fail, describe
 from .harness import decode, encode
 from .notebook import MAX_FILE_BYTES, Extracted, Source, Unreadable, infer_exercise, read
-from .registry import Ref, Test
+from .registry import Exercise, Lib, Module, Ref, Test
 from .results import make_result, test_entry
 from .sandbox import Limits, Run, Sandbox, describe as describe_isolation, work_folder
 
@@ -101,11 +110,15 @@ Outcome = Union[Returned, Problem]
 
 @dataclass(frozen=True)
 class Verdict:
-    """One test judged: passed or not, the message for the learner, and any trouble."""
+    """One test judged: passed or not, the message for the learner, and any trouble.  ``raised``:
+    a call of the learner's function raised an exception; ``value``: what the test's check
+    returned (an exercise's ``report`` may read it)."""
 
     passed: bool
     message: str = ""
     trouble: Trouble | None = None
+    raised: bool = False
+    value: object = None
 
 
 @dataclass
@@ -115,6 +128,7 @@ class Session:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     runs: list[Run] = field(default_factory=list)
     import_problem: Problem | None = None        # the submission could not even be loaded
+    stopped: Problem | None = None               # why the tests not run yet never will be
 
 
 # ----------------------------------------------------------------------------------- the job
@@ -123,21 +137,58 @@ class Session:
 @dataclass(frozen=True)
 class Job:
     """What the sandbox gets: the extracted source, the spec (limits and calls), the inputs'
-    arrays, and the course packages to make importable (read-only) next to it."""
+    arrays, and the course packages to make importable (read-only) next to it: ``libs`` as they
+    are (folders), ``copies`` as copies made in the job folder (``registry.Lib``: a package
+    without the modules it hides)."""
 
     source: str
     spec: bytes
     inputs: bytes = b""
     libs: tuple[Path, ...] = ()
+    copies: tuple[Lib, ...] = ()
 
-    def write(self, folder: Path) -> None:
+    def write(self, folder: Path) -> tuple[Path, ...]:
+        """Write the job into ``folder``; returns every package folder to make importable."""
         (folder / "submission.py").write_text(self.source, encoding="utf-8")
         (folder / "spec.json").write_bytes(self.spec)
         if self.inputs:
             (folder / "inputs.npz").write_bytes(self.inputs)
+        copied = tuple(copy_package(lib, folder / "lib") for lib in self.copies)
         folder.chmod(0o755)                 # the sandbox's own user reads it
-        for path in folder.iterdir():
-            path.chmod(0o644)
+        for path in folder.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        return tuple(self.libs) + copied
+
+
+def copy_package(lib: Lib, into: Path) -> Path:
+    """A copy of the course package ``lib.name`` in ``into``, without the modules ``lib.hide``
+    names (``.py`` files only: no compiled files, no data).  When something is hidden, the copy's
+    ``__init__`` imports just the modules the package's own ``__init__`` imports and the copy
+    still has (``from . import a, b``); the copy is named like the package, so it imports as it."""
+    source = registry.package_dir(lib.name)
+    target = into / lib.name
+    hidden = set(lib.hide)
+    for path in sorted(source.rglob("*.py")):
+        rel = path.relative_to(source)
+        if "__pycache__" in rel.parts or rel.parts[0].removesuffix(".py") in hidden:
+            continue
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        (target / rel).write_bytes(path.read_bytes())
+    if hidden:
+        (target / "__init__.py").write_text(_reduced_init(source / "__init__.py", lib), encoding="utf-8")
+    return target
+
+
+def _reduced_init(init: Path, lib: Lib) -> str:
+    """The ``__init__`` of a copy of a package without ``lib.hide``."""
+    kept = []
+    for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and not node.module:
+            kept += [a.name for a in node.names if a.name not in lib.hide and a.name not in kept]
+    lines = [f'"""{lib.name} as the grader\'s sandbox has it: without {", ".join(sorted(lib.hide))}."""']
+    if kept:
+        lines.append(f"from . import {', '.join(kept)}  # noqa: F401")
+    return "\n".join(lines) + "\n"
 
 
 def _spec(limits: Limits, cases: list[dict]) -> dict:
@@ -173,6 +224,9 @@ def job_files(exercise: str, limits: Limits) -> tuple[bytes, bytes]:
     def encode_arg(arg):
         if isinstance(arg, Ref):
             return {"$ref": [arg.call, *arg.path]}
+        if isinstance(arg, Module):
+            return {"$module": {"name": arg.name, "package": arg.package,
+                                "code": store(np.frombuffer(arg.code, dtype=np.uint8))}}
         return encode(arg, store)
 
     cases = [{"id": test.id, "timeout": _timeout(test, limits),
@@ -230,13 +284,15 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
     common["exercise"] = name
     try:
         common["fingerprint"] = registry.fingerprint(name)
+        ex = registry.get(name)
+        limits = limits.resolved(ex.test_seconds, ex.submission_seconds)   # the exercise's defaults
         return _grade(source, name, note, limits, isolation, clock, common)
     except Exception as err:  # noqa: BLE001 - a result is always produced
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()
         tests = []
         try:
-            tests = [test_entry(t.name, t.points, False, "not graded: the grader failed", t.visibility)
-                     for t in registry.tests(name)]
+            tests = [test_entry(i.name, i.points, False, "not graded: the grader failed", i.visibility)
+                     for i in registry.items(name)]
         except Exception:  # noqa: BLE001
             pass
         return make_result(tests=tests, status="grader_error", isolation="none",
@@ -254,7 +310,8 @@ def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Lim
             raise source
         extracted = source.extract(exercise.functions)
     except Unreadable as err:
-        entries = [test_entry(t.name, t.points, False, f"not run: {err}", t.visibility) for t in tests]
+        entries = [test_entry(i.name, i.points, False, f"not run: {err}", i.visibility)
+                   for i in registry.items(name)]
         return make_result(tests=entries, status="unreadable", isolation="none",
                            execution_time=time.perf_counter() - clock,
                            output=f"The submission could not be read: {err}. Every test scores 0.", **common)
@@ -263,28 +320,59 @@ def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Lim
     notes += [f"no function named '{fn}' was found: {extracted.suggestion(fn)}" for fn in sorted(missing)]
     runnable = [t for t in tests if not ({c.fn for c in t.calls} & missing)]
 
-    sandbox, session = None, Session()
-    if runnable:                                         # 3. write the job, 4-5. run and parse
+    sandbox, session, verdicts = None, Session(), {}
+    if runnable:                                         # 3. write the job, 4-6. run, parse, judge
         sandbox = Sandbox(isolation)
         spec, inputs = job_files(name, limits)
-        session = _run_tests(sandbox, Job(extracted.source, spec, inputs), runnable, limits, clock, extracted)
-
-    verdicts = {}                                        # 6. judge
+        job = Job(extracted.source, spec, inputs, copies=exercise.libs)
+        session = _run_phases(sandbox, job, exercise, runnable, limits, clock, extracted, verdicts)
     for test in tests:
-        if test in runnable:
-            verdicts[test.id] = judge(test, session.outcomes.get(test.id), extracted, _timeout(test, limits),
-                                      limits.memory_bytes)
-        else:
+        if test not in runnable:
             fns = sorted({c.fn for c in test.calls} & missing)
             verdicts[test.id] = Verdict(False, f"not run: no function named {', '.join(repr(f) for f in fns)}")
-    entries = [test_entry(t.name, t.points, verdicts[t.id].passed, verdicts[t.id].message, t.visibility)
-               for t in tests]
-    return _result(entries, verdicts, runnable, session, sandbox, notes, extracted, limits, clock, common)
+    if exercise.report is not None:                      # 7. the entries
+        entries = exercise.report(tests, verdicts)
+    else:
+        entries = [test_entry(t.name, t.points, verdicts[t.id].passed, verdicts[t.id].message, t.visibility)
+                   for t in tests]
+    return _result(entries, verdicts, runnable, session, sandbox, notes, extracted, limits, clock, common,
+                   exercise)
+
+
+def _run_phases(sandbox: Sandbox, job: Job, exercise: Exercise, runnable: list[Test], limits: Limits,
+                clock: float, extracted: Extracted, verdicts: dict) -> Session:
+    """Steps 4-6, phase by phase: run a phase's tests in the sandbox, judge what came back; a
+    phase after the first runs only when ``exercise.proceed`` says so, given the verdicts so far."""
+    session = Session()
+    phases = sorted({t.phase for t in runnable})
+    folder = Path(work_folder("grader-job-"))
+    try:
+        libs = job.write(folder)
+        for phase in phases:
+            group = [t for t in runnable if t.phase == phase]
+            why = session.stopped or session.import_problem
+            skip = None
+            if why is None and phase != phases[0] and exercise.proceed is not None:
+                skip = exercise.proceed(phase, dict(verdicts))
+            if why is None and skip is None:
+                _run_tests(sandbox, folder, libs, group, limits, clock, extracted, session, exercise.quiet)
+            for test in group:
+                if skip is not None:
+                    verdicts[test.id] = Verdict(False, f"not run: {skip}")
+                    continue
+                outcome = session.outcomes.get(test.id) or session.stopped or session.import_problem
+                verdicts[test.id] = judge(test, outcome, extracted, _timeout(test, limits), limits.memory_bytes,
+                                          quiet=exercise.quiet)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return session
 
 
 def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extracted, limits, clock,
-            common) -> dict:
-    """7. The result: the summary, the notes, the isolation that held, what the submission printed."""
+            common, exercise: Exercise) -> dict:
+    """7. The result: the summary, the notes, the isolation that held, what the submission printed
+    (nothing of it for a ``quiet`` exercise)."""
+    quiet = exercise.quiet
     troubles = {v.trouble for v in verdicts.values()}
     if not runnable:
         status = "missing"
@@ -300,8 +388,10 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
     failures: dict[str, str] = {}
     for run in runs:
         failures.update(run.transcript.known_import_failures(extracted.imports))
-    notes += [f"'{stmt}' failed in the grader ({why}); only numpy and Python's standard library are "
-              "available" for stmt, why in list(failures.items())[:5]]
+    available = "numpy, Python's standard library" + "".join(
+        f" and {lib.name}" + (f" (without {', '.join(lib.hide)})" if lib.hide else "") for lib in exercise.libs)
+    notes += [f"'{stmt}' failed in the grader ({_error_kind(why) if quiet else why}); only {available} "
+              "are available" for stmt, why in list(failures.items())[:5]]
     lines += [f"Note: {n}" for n in notes]
     oom = sum(r.oom_killed for r in runs)
     if oom:
@@ -316,6 +406,8 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
     dropped = sum(r.output_dropped for r in runs)
     if dropped:
         printed += f"\n[... {dropped} more bytes of output dropped]"
+    if quiet and printed:
+        printed = "(not kept: for this exercise, nothing the submission prints is part of the result)"
     return make_result(tests=entries, status=status, isolation=sandbox.mode if sandbox else "none",
                        execution_time=time.perf_counter() - clock, output="\n".join(lines),
                        submission_output=printed,
@@ -379,62 +471,97 @@ def _resolve(source: Source | Unreadable, filename: str, exercise: str | None) -
 # ------------------------------------------------------------------ 4-5. run, parse, outcomes
 
 
-def _run_tests(sandbox: Sandbox, job: Job, runnable: list[Test], limits: Limits, clock: float,
-               extracted: Extracted) -> Session:
-    """Run the runnable tests, relaunching after a test that hung or killed the process, and turn
-    each run's transcript into outcomes."""
-    session = Session()
-    outcomes = session.outcomes
+def _run_tests(sandbox: Sandbox, folder: Path, libs: tuple, runnable: list[Test], limits: Limits,
+               clock: float, extracted: Extracted, session: Session, quiet: bool = False) -> None:
+    """Run the runnable tests on the job in ``folder``, and turn each run's transcript into outcomes
+    (in ``session``).  The tests that are not ``isolated`` share one sandbox, relaunched after a
+    test that hung or killed the process; each isolated test gets a sandbox of its own.  When the
+    submission cannot go on (its time budget is used up, it timed out too often, it flooded the
+    channel, it cannot be loaded), ``session.stopped`` says why and no more tests run."""
     test_seconds = {t.id: _timeout(t, limits) for t in runnable}
-    remaining = [t.id for t in runnable]
+    shared = [t.id for t in runnable if not t.isolated]
+    batches = ([shared] if shared else []) + [[t.id] for t in runnable if t.isolated]
+    for batch in batches:
+        if session.stopped or session.import_problem:
+            break
+        _run_batch(sandbox, folder, libs, batch, test_seconds, limits, clock, extracted, session, quiet)
+        timed_out = sum(o.timed_out for o in session.outcomes.values())
+        if not session.stopped and limits.give_up_after and timed_out >= limits.give_up_after:
+            session.stopped = Problem(f"not run: the submission timed out on {timed_out} tests, so the "
+                                      "others were skipped", Trouble.TIMEOUT)
+    stop = session.stopped or session.import_problem
+    for tid in test_seconds:
+        if stop is not None:
+            session.outcomes.setdefault(tid, stop)
+
+
+def _run_batch(sandbox: Sandbox, folder: Path, libs: tuple, batch: list[str], test_seconds: dict,
+               limits: Limits, clock: float, extracted: Extracted, session: Session, quiet: bool = False) -> None:
+    """The tests ``batch`` in one sandbox, relaunched (up to ``limits.max_restarts`` times) after a
+    test that hung or killed the process, for the tests after it."""
+    outcomes = session.outcomes
+    remaining = list(batch)
+    runs = 0
 
     def give_up(why: str, trouble: Trouble) -> None:
+        session.stopped = Problem(f"not run: {why}", trouble)
         for tid in remaining:
-            outcomes.setdefault(tid, Problem(f"not run: {why}", trouble))
+            outcomes.setdefault(tid, session.stopped)
 
-    folder = Path(work_folder("grader-job-"))
-    try:
-        job.write(folder)
-        while remaining:
-            left = limits.submission_seconds - (time.perf_counter() - clock)
-            if left <= 0.5:
-                give_up(f"the submission used up its time budget ({limits.submission_seconds:g} s)", Trouble.TIMEOUT)
-                break
-            run = sandbox.run(folder, Limits(**{**limits.as_dict(), "submission_seconds": left}),
-                              test_seconds, only=remaining, libs=job.libs)
-            session.runs.append(run)
-            transcript = run.transcript
-            outcomes.update({tid: Returned(transcript.results[tid]) for tid in remaining
-                             if tid in transcript.results})
-            if not transcript.import_ok:
-                session.import_problem = _import_problem(transcript.imported, run, extracted, limits)
-                give_up(session.import_problem.text, session.import_problem.trouble)
-                break
-            if run.running and run.running not in outcomes:
-                outcomes[run.running] = _death(run, test_seconds.get(run.running, 0), limits)
-            remaining = [tid for tid in remaining if tid not in outcomes]
-            if not remaining or transcript.phase == "done":
-                gave_up = transcript.gave_up(len(test_seconds))
-                for tid in remaining:
-                    outcomes[tid] = (Problem(f"not run: the submission timed out on {gave_up} tests, so the "
-                                             "others were skipped", Trouble.TIMEOUT) if gave_up else
-                                     Problem("no result came back for this test", Trouble.CRASHED))
-                break
-            timed_out = sum(o.timed_out for o in outcomes.values())
-            if limits.give_up_after and timed_out >= limits.give_up_after:
-                give_up(f"the submission timed out on {timed_out} tests, so the others were skipped",
-                        Trouble.TIMEOUT)
-                break
-            if run.killed in ("submission_timeout", "channel_overflow") or len(session.runs) > limits.max_restarts:
-                why = {"submission_timeout": f"the submission used up its time budget "
-                                             f"({limits.submission_seconds:g} s)",
-                       "channel_overflow": "the submission flooded the grader's results channel"
-                       }.get(run.killed, f"the submission's process ended {len(session.runs)} times")
-                give_up(why, Trouble.TIMEOUT if run.killed == "submission_timeout" else Trouble.CRASHED)
-                break
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return session
+    while remaining:
+        left = limits.submission_seconds - (time.perf_counter() - clock)
+        if left <= 0.5:
+            give_up(f"the submission used up its time budget ({limits.submission_seconds:g} s)", Trouble.TIMEOUT)
+            break
+        run = sandbox.run(folder, Limits(**{**limits.as_dict(), "submission_seconds": left}),
+                          {tid: test_seconds[tid] for tid in batch}, only=remaining, libs=libs)
+        session.runs.append(run)
+        runs += 1
+        transcript = run.transcript
+        outcomes.update({tid: Returned(transcript.results[tid]) for tid in remaining
+                         if tid in transcript.results})
+        if not transcript.import_ok:
+            session.import_problem = _import_problem(transcript.imported, run, extracted, limits, quiet)
+            for tid in remaining:
+                outcomes.setdefault(tid, session.import_problem)
+            break
+        if run.running and run.running not in outcomes:
+            outcomes[run.running] = _death(run, test_seconds.get(run.running, 0), limits)
+        remaining = [tid for tid in remaining if tid not in outcomes]
+        if not remaining or transcript.phase == "done":
+            gave_up = transcript.gave_up(len(batch))
+            for tid in remaining:
+                outcomes[tid] = (Problem(f"not run: the submission timed out on {gave_up} tests, so the "
+                                         "others were skipped", Trouble.TIMEOUT) if gave_up else
+                                 Problem("no result came back for this test", Trouble.CRASHED))
+            if gave_up:
+                session.stopped = Problem(f"not run: the submission timed out on {gave_up} tests, so the "
+                                          "others were skipped", Trouble.TIMEOUT)
+            break
+        timed_out = sum(o.timed_out for o in outcomes.values())
+        if limits.give_up_after and timed_out >= limits.give_up_after:
+            give_up(f"the submission timed out on {timed_out} tests, so the others were skipped", Trouble.TIMEOUT)
+            break
+        if run.killed in _FATAL or runs > limits.max_restarts:
+            give_up(*_fatal(run.killed, limits, runs))
+            break
+    # An isolated test whose run used up the budget or flooded the channel ends the submission too.
+    if runs and not session.stopped and session.runs[-1].killed in _FATAL:
+        session.stopped = Problem("not run: " + _fatal(session.runs[-1].killed, limits, runs)[0],
+                                  _fatal(session.runs[-1].killed, limits, runs)[1])
+
+
+_FATAL = ("submission_timeout", "channel_overflow")
+
+
+def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]:
+    """Why a submission cannot go on after a run that was killed for ``killed`` (or that ended
+    ``runs`` times), and the trouble it is."""
+    if killed == "submission_timeout":
+        return f"the submission used up its time budget ({limits.submission_seconds:g} s)", Trouble.TIMEOUT
+    if killed == "channel_overflow":
+        return "the submission flooded the grader's results channel", Trouble.CRASHED
+    return f"the submission's process ended {runs} times", Trouble.CRASHED
 
 
 def _death(run: Run, seconds: float, limits: Limits) -> Problem:
@@ -457,7 +584,8 @@ def _death(run: Run, seconds: float, limits: Limits) -> Problem:
                    Trouble.CRASHED)
 
 
-def _import_problem(message: dict | None, run: Run, extracted: Extracted, limits: Limits) -> Problem:
+def _import_problem(message: dict | None, run: Run, extracted: Extracted, limits: Limits,
+                    quiet: bool = False) -> Problem:
     if message is None:
         if run.killed == "import_timeout":
             return Problem(f"loading the submission took longer than {limits.import_seconds:g} s "
@@ -471,7 +599,7 @@ def _import_problem(message: dict | None, run: Run, extracted: Extracted, limits
         return Problem(f"loading the submission took longer than {limits.import_seconds:g} s "
                        "(an infinite loop at import?)", Trouble.TIMEOUT)
     return Problem(f"loading the submission failed: "
-                   f"{_error_text(message.get('error'), extracted, limits.memory_bytes)}", Trouble.CRASHED)
+                   f"{_error_text(message.get('error'), extracted, limits.memory_bytes, quiet)}", Trouble.CRASHED)
 
 
 def _exit_text(code) -> str:
@@ -496,9 +624,10 @@ def _exit_text(code) -> str:
 
 
 def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: float,
-          memory_bytes: int = 2 << 30) -> Verdict:
+          memory_bytes: int = 2 << 30, quiet: bool = False) -> Verdict:
     """One test's verdict from what came back: the harness's data checked by the test's check
-    (in this process, against the grader's own expected values), or the problem it had."""
+    (in this process, against the grader's own expected values), or the problem it had.  With
+    ``quiet`` no word of the message comes from the sandbox (an exception's text, a type's name)."""
     if outcome is None:
         return Verdict(False, "no result came back for this test", Trouble.CRASHED)
     if isinstance(outcome, Problem):
@@ -518,7 +647,8 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
             return Verdict(False, prefix(k) + "the result could not be read")
         fn = test.calls[k].fn
         if not entry.get("ok"):
-            return Verdict(False, prefix(k) + f"{fn} {_raised(entry.get('error'), extracted, memory_bytes)}")
+            return Verdict(False, prefix(k) + f"{fn} {_raised(entry.get('error'), extracted, memory_bytes, quiet)}",
+                           raised=True)
         try:
             value = decode(entry.get("value"))
             after = decode(entry["args_after"]) if "args_after" in entry else None
@@ -532,32 +662,50 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
         return Verdict(False, prefix(len(results)) + f"took longer than {seconds:g} s (the time limit of this "
                                                      "test); is there an infinite loop?", Trouble.TIMEOUT)
     if message.get("error"):
-        return Verdict(False, prefix(len(results)) + _error_text(message.get("error"), extracted, memory_bytes))
+        return Verdict(False, prefix(len(results)) + _error_text(message.get("error"), extracted, memory_bytes,
+                                                                 quiet))
     if len(results) < n:
         return Verdict(False, prefix(len(results)) + "no result came back", Trouble.CRASHED)
     try:
-        test.check(results)
+        value = test.check(results)
     except Fail as fail:
         return Verdict(False, str(fail))
     except Exception as err:  # noqa: BLE001 - an unexpected form of answer
         value = results[-1].value if results else None
-        return Verdict(False, f"the answer has an unexpected form ({describe(value)}) and could not be checked "
+        form = "" if quiet else f" ({describe(value)})"
+        return Verdict(False, f"the answer has an unexpected form{form} and could not be checked "
                               f"[{type(err).__name__}]")
-    return Verdict(True)
+    return Verdict(True, value=value)
 
 
 def _seconds(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def _error_text(error, extracted: Extracted, memory_bytes: int = 2 << 30) -> str:
-    """What an exception in the submission (as the harness described it: untrusted) means."""
+_BUILTIN_ERRORS = frozenset(name for name, value in vars(__import__("builtins")).items()
+                            if isinstance(value, type) and issubclass(value, BaseException))
+
+
+def _error_kind(text) -> str:
+    """Only the exception's type of a "Type: message" text (for a ``quiet`` exercise), and only
+    when it is one of Python's own (a class of the submission's could be named anything)."""
+    kind = str(text).split(":", 1)[0].strip()
+    return kind if kind in _BUILTIN_ERRORS else "an exception of its own"
+
+
+def _error_text(error, extracted: Extracted, memory_bytes: int = 2 << 30, quiet: bool = False) -> str:
+    """What an exception in the submission (as the harness described it: untrusted) means.  With
+    ``quiet``, only its type and where it was raised: none of its text."""
     if not isinstance(error, dict):
         return "an error"
     kind = str(error.get("type", "Exception"))[:80]
-    text = str(error.get("message", ""))[:300]
+    text = "" if quiet else str(error.get("message", ""))[:300]
+    if quiet and kind == "InputError":
+        return "the grader could not pass this test's input on"
+    if quiet:
+        kind = _error_kind(kind)
     where = extracted.locate(error.get("line")) if isinstance(error.get("line"), int) else None
-    func = str(error.get("function") or "")[:100]
+    func = "" if quiet else str(error.get("function") or "")[:100]
     loc = ""
     if where:
         loc = f" ({where}" + (f", in {func}" if func and func != "<module>" else "") + ")"
@@ -574,8 +722,8 @@ def _error_text(error, extracted: Extracted, memory_bytes: int = 2 << 30) -> str
     return f"{kind}: {text}{loc}" if text else f"{kind}{loc}"
 
 
-def _raised(error, extracted: Extracted, memory_bytes: int) -> str:
-    text = _error_text(error, extracted, memory_bytes)
+def _raised(error, extracted: Extracted, memory_bytes: int, quiet: bool = False) -> str:
+    text = _error_text(error, extracted, memory_bytes, quiet)
     if text.startswith(("called sys.exit", "ran out of memory", "is not implemented yet")):
         return text
     if isinstance(error, dict) and error.get("type") == "NameError" and "is not a function" in str(error.get("message")):
@@ -621,11 +769,15 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
         return {"exercise": name, "outcomes": [], "isolation": "none",
                 "problem": f"no function named '{missing[0]}' was found: {extracted.suggestion(missing[0])}"}
     sandbox = Sandbox(isolation)
-    job = Job(extracted.source, json.dumps(_spec(limits, [])).encode(), libs=(checks_dir,))
+    exercise = registry.get(name)
+    limits = limits.resolved(exercise.test_seconds, exercise.submission_seconds)
+    # The public checks are public: the packages they need are there whole, as in the learner's copy.
+    packages = tuple(registry.package_dir(lib.name) for lib in exercise.libs)
+    job = Job(extracted.source, json.dumps(_spec(limits, [])).encode(), libs=(checks_dir,) + packages)
     folder = Path(work_folder("grader-check-"))
     try:
-        job.write(folder)
-        run = sandbox.run(folder, limits, {}, public=name, libs=job.libs)
+        libs = job.write(folder)
+        run = sandbox.run(folder, limits, {}, public=name, functions=functions, libs=libs)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     out = {"exercise": name, "outcomes": [], "isolation": sandbox.mode, "problem": None,

@@ -7,7 +7,8 @@ scores never exist in this process; the grader compares the outputs in its own p
 
 The supervisor (``supervisor.py``) loads this file and calls ``main`` in the process it forks,
 after dropping that process's privileges: ``main([harness.py, IN_DIR, "--channel-fd", N,
-"--site", DIRS, [--lib DIRS] [--nproc N] [--only ID,ID] [--public NAME]])``, where
+"--site", DIRS, [--lib DIRS] [--nproc N] [--only ID,ID] [--public NAME [--functions F,G]]])``,
+where
 
 - ``IN_DIR/submission.py``: the source the grader extracted from the submission;
 - ``IN_DIR/spec.json``: the limits, and the cases: ``{"id", "timeout", "calls": [{"fn", "args",
@@ -15,14 +16,20 @@ after dropping that process's privileges: ``main([harness.py, IN_DIR, "--channel
   the same case returned (decoding token by token feeds each step the cache the previous one made);
 - ``IN_DIR/inputs.npz``: the arrays the cases refer to (``{"$nd": key}``).
 
+An argument may also be ``{"$module": {"name", "package", "code": {"$nd": key}}}``: a module the
+harness makes before the submission is loaded, by running a module body the grader compiled
+(``marshal`` bytes) in a fresh module object.  It has no file and no source text.  Only the
+harness decodes this kind, and only from the grader's own job folder: what comes back from the
+sandbox is never run (``decode`` refuses a module unless it is given the harness's ``modules``).
+
 Everything goes back on the channel file descriptor as one JSON object per line: ``hello``,
 ``import``, then ``start``/``result`` per case, then ``done``.  Nothing is sent on stdout, so
 nothing the submission prints is ever read as a result; and since a malicious submission can
 write to the channel too, the grader treats every message as untrusted data.
 
 This file also holds the codec both sides use (``encode``/``decode``): arrays travel as ``.npy``
-bytes read back with ``allow_pickle=False``, Python ints as exact decimal strings, and anything
-else as its type name only.  Only the standard library and numpy are used here, because the
+bytes read back with ``allow_pickle=False``, Python ints as exact decimal strings, sets of plain
+values as sets, and anything else as its type name only.  Only the standard library and numpy are used here, because the
 ``graders`` package is not visible inside the sandbox.
 """
 from __future__ import annotations
@@ -55,6 +62,9 @@ class Opaque:
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Opaque) and other.type_name == self.type_name
+
+    def __hash__(self) -> int:
+        return hash(("Opaque", self.type_name))
 
 
 def _type_name(value) -> str:
@@ -121,20 +131,26 @@ def encode(value, store=None, _budget=None, _depth=0):
             return {"$obj": _type_name(value)}
         node = store(arr) if store else {"$npy": base64.b64encode(array_to_bytes(arr)).decode("ascii")}
         return {"$npscalar": node}
-    if (t is list or t is tuple or t is dict) and len(value) > budget[0]:   # exact types: len runs no user code
-        return {"$obj": f"{t.__name__} of {len(value)} items", "why": "too large"}
+    if (t is list or t is tuple or t is dict or t is set or t is frozenset) and len(value) > budget[0]:
+        return {"$obj": f"{t.__name__} of {len(value)} items", "why": "too large"}   # exact types: len runs no user code
     if t is list or t is tuple:
         items = [encode(v, store, budget, _depth + 1) for v in value]
         return {"$list" if t is list else "$tuple": items}
+    if t is set or t is frozenset:
+        # Only plain items: iterating the set hashes nothing new, but a hostile item's __eq__
+        # could run while the grader rebuilds the set, so such items travel as type names.
+        items = [encode(v, store, budget, _depth + 1) for v in list(value)]
+        return {"$set" if t is set else "$frozenset": items}
     if t is dict:
         return {"$dict": [[encode(k, store, budget, _depth + 1), encode(v, store, budget, _depth + 1)]
                           for k, v in list(value.items())]}
     return {"$obj": _type_name(value)}
 
 
-def decode(node, load=None, refs=None):
+def decode(node, load=None, refs=None, modules=None):
     """The inverse of ``encode``.  ``load(node)`` reads an array stored elsewhere (``$nd``);
-    ``refs(path)`` resolves ``$ref`` (only inside the sandbox)."""
+    ``refs(path)`` resolves ``$ref`` and ``modules(node)`` gives the module a ``$module`` node
+    stands for (both only inside the sandbox, for the grader's own inputs)."""
     if node is None or isinstance(node, (bool, str)):
         return node
     if isinstance(node, (int, float)):          # plain JSON numbers (only the grader writes those)
@@ -165,28 +181,78 @@ def decode(node, load=None, refs=None):
             raise ValueError("bad numpy scalar")
         return arr[()]
     if "$list" in node:
-        return [decode(v, load, refs) for v in _as_list(node["$list"])]
+        return [decode(v, load, refs, modules) for v in _as_list(node["$list"])]
     if "$tuple" in node:
-        return tuple(decode(v, load, refs) for v in _as_list(node["$tuple"]))
+        return tuple(decode(v, load, refs, modules) for v in _as_list(node["$tuple"]))
+    if "$set" in node or "$frozenset" in node:
+        items = [decode(v, load, refs, modules) for v in _as_list(node.get("$set", node.get("$frozenset")))]
+        for item in items:
+            if not isinstance(item, (str, int, float, bool, tuple, Opaque)) and item is not None:
+                raise ValueError("bad set item")
+            try:
+                hash(item)
+            except TypeError:
+                raise ValueError("bad set item") from None
+        return set(items) if "$set" in node else frozenset(items)
     if "$dict" in node:
         out = {}
         for pair in _as_list(node["$dict"]):
             if not isinstance(pair, list) or len(pair) != 2:
                 raise ValueError("bad dict item")
-            key = decode(pair[0], load, refs)
+            key = decode(pair[0], load, refs, modules)
             try:
                 hash(key)
             except TypeError:
                 key = repr(key)
-            out[key] = decode(pair[1], load, refs)
+            out[key] = decode(pair[1], load, refs, modules)
         return out
     if "$ref" in node:
         if refs is None:
             raise ValueError("reference outside a case")
         return refs(node["$ref"])
+    if "$module" in node:
+        if modules is None:
+            raise ValueError("a module outside the sandbox's inputs")
+        return modules(node)
     if "$obj" in node:
         return Opaque(str(node["$obj"])[:200], str(node.get("why", ""))[:200])
     raise ValueError("unknown encoding")
+
+
+def make_module(spec: dict, load):
+    """The module a ``$module`` node stands for: the grader's compiled module body (``marshal``
+    bytes in the inputs) run in a fresh module object, registered in ``sys.modules`` under its
+    name (its dataclasses look themselves up there).  No ``__file__``, no loader, no linecache
+    entry: there is no source text to find.  Only for the grader's own inputs."""
+    import marshal
+    import types
+    name, package = str(spec["name"]), str(spec.get("package", ""))
+    code = marshal.loads(bytes(load(spec["code"])))
+    if not isinstance(code, types.CodeType):
+        raise ValueError("a module's code must be a code object")
+    module = types.ModuleType(name)
+    module.__package__ = package
+    sys.modules[name] = module
+    try:
+        exec(code, module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _module_nodes(node, found: list) -> list:
+    """Every ``$module`` node inside an encoded value (in order)."""
+    if isinstance(node, dict):
+        if "$module" in node:
+            found.append(node)
+        else:
+            for value in node.values():
+                _module_nodes(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _module_nodes(value, found)
+    return found
 
 
 def _as_list(value):
@@ -293,11 +359,20 @@ def _disarm() -> None:
     _deadline[0] = float("inf")
 
 
-def _run_case(case: dict, module, arrays, filename: str) -> dict:
+def _run_case(case: dict, module, arrays, filename: str, built: dict | None = None) -> dict:
     results = []
+    built = built or {}
 
     def load(node):
         return arrays[node["$nd"]]
+
+    def modules(node):
+        if id(node) not in built:
+            raise ValueError("a module the harness did not build")
+        made = built[id(node)]
+        if isinstance(made, BaseException):
+            raise made
+        return made
 
     def refs(path):
         if not isinstance(path, list) or not path:
@@ -312,13 +387,14 @@ def _run_case(case: dict, module, arrays, filename: str) -> dict:
     try:
         for call in case["calls"]:
             try:
-                args = [decode(a, load, refs) for a in call["args"]]
+                args = [decode(a, load, refs, modules) for a in call["args"]]
             except _Timeout:
                 raise
             except BaseException as err:  # noqa: BLE001 - the previous step's output was unusable
-                results.append({"ok": False, "error": {
-                    "type": "InputError",
-                    "message": f"could not pass on what the previous call returned ({_type_name(err)})"}})
+                what = ("could not make the module this test passes" if _module_nodes(call["args"], [])
+                        else "could not pass on what the previous call returned")
+                results.append({"ok": False, "error": {"type": "InputError",
+                                                      "message": f"{what} ({_type_name(err)})"}})
                 break
             fn = getattr(module, call["fn"], None)
             if not callable(fn):
@@ -367,9 +443,8 @@ def main(argv: list[str]) -> None:
     _apply_limits({**spec.get("limits", {}), "processes": int(opts.get("--nproc", 0))})
     # -S: no site module, so no .pth file runs; the packages' folders are given explicitly.
     sys.path[:0] = [p for p in opts.get("--site", "").split(os.pathsep) if p]
-    if opts.get("--lib"):         # course packages a job needs (the public checks), read-only
+    if opts.get("--lib"):         # course packages a job needs (the public checks, ga2), read-only
         sys.path[:0] = [p for p in opts["--lib"].split(os.pathsep) if p]
-    only = set(filter(None, opts.get("--only", "").split(",")))
     channel.send({"t": "hello", "pid": os.getpid()})
 
     import importlib.util
@@ -384,6 +459,18 @@ def main(argv: list[str]) -> None:
         def __getitem__(self, key):
             return dict.__getitem__(self, key).copy()
     arrays = _Fresh(arrays)
+    only = set(filter(None, opts.get("--only", "").split(",")))
+    # The modules the cases pass are made now, before the submission is loaded, from the
+    # grader's code alone (a failure is that test's, raised when it runs).
+    built = {}
+    for case in spec["cases"]:
+        if only and case["id"] not in only:
+            continue
+        for node in _module_nodes(case["calls"], []):
+            try:
+                built[id(node)] = make_module(node["$module"], lambda n: arrays[n["$nd"]])
+            except Exception as err:  # noqa: BLE001
+                built[id(node)] = err
 
     filename = os.path.join(in_dir, "submission.py")
     channel.send({"t": "import_start"})
@@ -408,7 +495,8 @@ def main(argv: list[str]) -> None:
 
     public = opts.get("--public")
     if public:
-        _run_public(public, module, channel, float(spec.get("submission_timeout", 30.0)))
+        names = [n for n in opts.get("--functions", public).split(",") if n]
+        _run_public(public, names, module, channel, float(spec.get("submission_timeout", 30.0)))
         os._exit(0)
 
     timeouts = 0
@@ -420,7 +508,7 @@ def main(argv: list[str]) -> None:
             channel.send({"t": "done", "gave_up": timeouts})
             os._exit(0)
         channel.send({"t": "start", "id": case["id"]})
-        outcome = _run_case(case, module, arrays, filename)
+        outcome = _run_case(case, module, arrays, filename, built)
         timeouts += bool(outcome.get("timeout"))
         outcome.update({"t": "result", "id": case["id"]})
         try:
@@ -437,14 +525,15 @@ def main(argv: list[str]) -> None:
     os._exit(0)   # skip whatever atexit handlers the submission registered
 
 
-def _run_public(name: str, module, channel: Channel, seconds: float) -> None:
-    """``graders check``: the exercise's public checks, which are public, run here."""
-    fn = getattr(module, name, None)
+def _run_public(name: str, functions: list, module, channel: Channel, seconds: float) -> None:
+    """``graders check``: the exercise's public checks, which are public, run here on the
+    submission's ``functions`` (the exercise's, in order)."""
+    fns = [getattr(module, fn, None) for fn in functions]
     _arm(seconds)
     try:
         import public_checks
         outcomes = [{"description": o.description, "status": o.status, "message": o.message[:600]}
-                    for o in public_checks.evaluate(name, fn)]
+                    for o in public_checks.evaluate(name, *fns)]
         _disarm()
         channel.send({"t": "public", "outcomes": outcomes})
     except _Timeout:

@@ -6,6 +6,21 @@ the learner's functions on inputs made with fixed seeds, a number of points, and
 receives what the calls returned (as plain data) and raises ``Fail`` with a message for the
 learner when the answer is wrong.  Expected values live only in the checks' closures, in the
 grader's process; the sandbox only ever sees the calls' inputs.
+
+Most exercises are a list of tests, each worth its points.  An exercise can say more:
+
+- ``libs``: course packages its tests need importable in the sandbox (``Lib("ga2", hide=...)``:
+  the GA-2 machine for a check to run programs on, without the modules that would answer it);
+- ``Module``: an argument the harness makes into a module object, from a compiled module body
+  the grader sends (no file, no source text): a program builder for a learner's check to judge;
+- ``Test.isolated``: the test runs in a sandbox of its own, so that nothing one call learned
+  (memory, files, processes) can reach another; ``Test.phase`` with ``Exercise.proceed``: later
+  tests run only when the earlier ones allow it (a check that rejects a correct builder is not
+  run on the mutants);
+- ``report`` and ``items``: what the result's entries are, when they are not one per test
+  (wheats and chaffs: one entry for "accepts every correct builder", one for "caught X of N");
+- ``quiet``: nothing the submission printed or put in an exception reaches the feedback;
+- ``test_seconds``, ``submission_seconds``: its own default limits (a flag given to the grader wins).
 """
 from __future__ import annotations
 
@@ -17,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Ref", "Call", "Test", "Exercise", "names", "get", "tests", "fingerprint", "grader_files",
-           "UnknownExercise"]
+__all__ = ["Ref", "Module", "Lib", "Call", "Test", "Item", "Exercise", "names", "get", "tests", "items",
+           "fingerprint", "grader_files", "lib_files", "package_dir", "UnknownExercise"]
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 
@@ -30,6 +45,30 @@ class Ref:
 
     call: int
     path: tuple = ()
+
+
+@dataclass(frozen=True)
+class Module:
+    """An argument the harness makes into a module: ``code`` is a module's body compiled by the
+    grader (``marshal`` bytes of a code object), run in a fresh module named ``name`` whose
+    package is ``package`` (so that its relative imports find that package's modules, which the
+    exercise's ``libs`` make importable).  The module has no file and no source text: the
+    sandbox gets compiled code only, and ``inspect.getsource`` fails on everything in it."""
+
+    name: str
+    code: bytes = field(repr=False)
+    package: str = ""
+
+
+@dataclass(frozen=True)
+class Lib:
+    """A course package importable in the sandbox while the hidden tests run: ``name`` is its
+    import name (a top-level package of the course, ``"ga2"``); the modules named in ``hide``
+    (top-level modules or sub-packages) are left out of the sandbox's copy, whose ``__init__``
+    then imports only what is left.  The public checks, like the learner's copy, see it whole."""
+
+    name: str
+    hide: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +97,8 @@ class Test:
     visibility: str = "visible"
     step: str = "call"
     id: str = ""
+    isolated: bool = False             # run in a sandbox of its own (nothing of another test reaches it)
+    phase: int = 0                     # tests run phase by phase (``Exercise.proceed`` may stop a phase)
 
     def __post_init__(self):
         if self.visibility not in VISIBILITIES:
@@ -67,12 +108,30 @@ class Test:
 
 
 @dataclass(frozen=True)
+class Item:
+    """One entry of a result (a Gradescope test): its name, points and visibility."""
+
+    name: str
+    points: float
+    visibility: str = "visible"
+
+
+@dataclass(frozen=True)
 class Exercise:
-    """One exercise.  ``counterparts`` names what in the course's own packages implements (or
-    quotes) the answer, so that no page prints it and the learner's copy ships none of it
-    (``graders.answer_leaks``, ``coursebook.show_source``, ``make release``):
-    ``"package.module:function"`` (``"module:Class.method"``) is turned into a starter in the
-    release, ``"package.module"`` (a module or a whole sub-package) is left out of it."""
+    """An exercise: its name, chapter, the functions it grades and its hidden tests; the rest
+    is for exercises that need more than one entry per test (see the module's docstring).
+
+    ``counterparts`` names what in the course's own packages implements (or quotes) the answer,
+    so that no page prints it and the learner's copy ships none of it (``graders.answer_leaks``,
+    ``coursebook.show_source``, ``make release``): ``"package.module:function"``
+    (``"module:Class.method"``) is turned into a starter in the release, ``"package.module"`` (a
+    module or a whole sub-package) is left out of it.
+
+    ``proceed(phase, verdicts)`` is asked before each phase after the first, with the verdicts
+    so far (test id -> ``grading.Verdict``): None runs the phase, a reason skips its tests.
+    ``items(tests)`` lists the result's entries and ``report(tests, verdicts)`` makes them
+    (``results.test_entry`` dicts, the same names in the same order).
+    """
 
     name: str
     chapter: int
@@ -80,6 +139,13 @@ class Exercise:
     make_tests: Callable[[], list[Test]] = field(compare=False)
     title: str = ""
     counterparts: tuple[str, ...] = ()
+    libs: tuple[Lib, ...] = ()
+    quiet: bool = False
+    test_seconds: float | None = None
+    submission_seconds: float | None = None
+    proceed: Callable[[int, dict], str | None] | None = field(default=None, compare=False)
+    items: Callable[[list[Test]], list[Item]] | None = field(default=None, compare=False)
+    report: Callable[[list[Test], dict], list[dict]] | None = field(default=None, compare=False)
 
 
 class UnknownExercise(KeyError):
@@ -127,6 +193,14 @@ def tests(name: str) -> list[Test]:
         return _tests_cache[name]
 
 
+def items(name: str) -> list[Item]:
+    """The entries a result of ``name`` has: one per hidden test, or what the exercise says."""
+    exercise, built = get(name), tests(name)
+    if exercise.items is not None:
+        return list(exercise.items(built))
+    return [Item(t.name, t.points, t.visibility) for t in built]
+
+
 def grader_files(name: str, package: Path | None = None) -> list[Path]:
     """Every file whose content can change a grade of ``name``: every module of the grader
     (``graders/**/*.py``, the sandbox, the harness, the supervisor, the checks, the results...),
@@ -139,15 +213,40 @@ def grader_files(name: str, package: Path | None = None) -> list[Path]:
                   if path not in others and "__pycache__" not in path.parts)
 
 
+def package_dir(name: str) -> Path:
+    """The folder of the course package ``name`` (found, not imported)."""
+    import importlib.util
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise UnknownExercise(f"no course package named {name!r}")
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def lib_files(name: str) -> list[Path]:
+    """The Python files of the course packages ``name``'s tests run with (``Exercise.libs``):
+    they decide a grade too (the machine the check runs on, the builder its variants come from)."""
+    return [path for lib in get(name).libs for path in _package_files(package_dir(lib.name))]
+
+
+def _package_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
 @functools.lru_cache(maxsize=None)
 def fingerprint(name: str) -> str:
     """A hash of everything that decides a grade for ``name``: the grader's files
-    (``grader_files``), and the versions of Python and numpy that run the submission and compute
-    the expected values.  A batch regrades a submission when this changes."""
+    (``grader_files``), the course packages its tests run with (``lib_files``), and the versions
+    of Python and numpy that run the submission and compute the expected values.  A batch
+    regrades a submission when this changes."""
     import sys
 
     import numpy
     digest = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]} numpy {numpy.__version__}\0".encode())
     for path in grader_files(name):
         digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for lib in get(name).libs:
+        root = package_dir(lib.name)
+        for path in _package_files(root):
+            digest.update(f"{lib.name}/{path.relative_to(root).as_posix()}".encode() + b"\0"
+                          + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]

@@ -28,8 +28,11 @@ def _cap(text: str, limit: int) -> str:
 
 
 def test_entry(name: str, points: float, passed: bool, message: str, visibility: str = "visible",
-               number: str | None = None) -> dict:
-    entry = {"name": name, "score": float(points if passed else 0.0), "max_score": float(points),
+               number: str | None = None, score: float | None = None) -> dict:
+    """One entry of ``tests``: all of its points when ``passed``, none otherwise, or ``score``
+    of them when given (partial credit: "caught 30 of 39")."""
+    score = float(points if passed else 0.0) if score is None else float(min(max(score, 0.0), points))
+    entry = {"name": name, "score": score, "max_score": float(points),
              "status": "passed" if passed else "failed",
              "output": _cap(message, MAX_TEST_OUTPUT) if message else ("passed" if passed else "failed"),
              "visibility": visibility}
@@ -112,7 +115,7 @@ def format_text(result: dict, *, show_output: bool = False) -> str:
         mark = "pass" if test["status"] == "passed" else "FAIL"
         line = f"  [{mark}] {_points(test['score']):>4}/{_points(test['max_score']):<4} {test['name']}"
         if test["status"] != "passed" and test.get("output"):
-            line += f"\n           {test['output']}"
+            line += "\n" + "\n".join(f"           {part}" for part in str(test["output"]).splitlines())
         lines.append(line)
     if show_output and result.get("submission_output"):
         lines.append("  what the submission printed (capped):")

@@ -79,13 +79,21 @@ BOOT = ("import importlib.util as u, sys; s = u.spec_from_file_location('supervi
         "m = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")
 
 
+TEST_SECONDS = 2.0            # a test's time limit, when neither the grader nor the exercise says
+SUBMISSION_SECONDS = 30.0     # a submission's time budget, likewise
+
+
 @dataclass
 class Limits:
-    """Limits of one graded submission (the CLI's flags set them)."""
+    """Limits of one graded submission (the CLI's flags set them).
+
+    ``test_seconds`` and ``submission_seconds`` left as None take the exercise's own defaults
+    (``Exercise.test_seconds``...), else ``TEST_SECONDS`` and ``SUBMISSION_SECONDS``: a flag
+    given to the grader always wins.  ``resolved`` gives the limits with numbers in them."""
 
     memory_bytes: int = 2 << 30          # RLIMIT_AS of every process of the submission
-    test_seconds: float = 2.0            # per test, unless a test says otherwise
-    submission_seconds: float = 30.0     # the whole submission, start-up included
+    test_seconds: float | None = None    # per test, unless a test says otherwise
+    submission_seconds: float | None = None   # the whole submission, start-up included
     import_seconds: float = 10.0         # interpreter start-up and importing the submission
     output_bytes: int = 64 << 10         # stdout + stderr kept (the rest is drained and dropped)
     channel_bytes: int = 64 << 20        # results channel
@@ -97,6 +105,18 @@ class Limits:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+    def resolved(self, test_seconds: float | None = None, submission_seconds: float | None = None) -> "Limits":
+        """These limits, with an unset time limit taken from the arguments (an exercise's
+        defaults), else from the grader's defaults."""
+        return Limits(**{**self.as_dict(),
+                         "test_seconds": _first(self.test_seconds, test_seconds, TEST_SECONDS),
+                         "submission_seconds": _first(self.submission_seconds, submission_seconds,
+                                                      SUBMISSION_SECONDS)})
+
+
+def _first(*values):
+    return next(float(v) for v in values if v is not None)
 
 
 # What can hold in a run, in the order ``describe`` names them.
@@ -726,9 +746,11 @@ class Sandbox:
         return describe(self.mode, self.why, self.planned())
 
     def run(self, job_dir: Path, limits: Limits, test_seconds: dict[str, float], *,
-            only: list[str] | None = None, public: str | None = None, libs=()) -> Run:
+            only: list[str] | None = None, public: str | None = None, functions=(), libs=()) -> Run:
         """Run the harness on ``job_dir`` (the tests ``only``, or all of ``test_seconds``; or the
-        public checks of ``public``, with the course packages ``libs`` importable)."""
+        public checks of ``public`` on the submission's ``functions``), with the course packages
+        ``libs`` importable."""
+        limits = limits.resolved()
         uid = _random_uid() if self.own_user else None
         token = None
         run = Run(transcript=Transcript(tests=frozenset(only if only is not None else test_seconds)),
@@ -775,6 +797,8 @@ class Sandbox:
                 cmd += ["--only", ",".join(only)]
             if public:
                 cmd += ["--public", public]
+                if functions:
+                    cmd += ["--functions", ",".join(functions)]
             # All its processes share one memory limit, where the machine lets the grader make a
             # cgroup (RLIMIT_AS alone is per process: 64 forked children would have 64 x 2 GiB).
             # The tmpfs folders' pages are charged to it too, hence their room on top.

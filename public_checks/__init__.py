@@ -2,7 +2,9 @@
 
 Each exercise NAME has a module ``public_checks/NAME.py`` that defines ``CHECKS``,
 a list of ``(description, check)`` pairs; ``check(fn)`` calls the learner's function
-and raises ``AssertionError`` with a readable message when the answer is wrong.
+and raises ``AssertionError`` with a readable message when the answer is wrong.  An
+exercise that grades several functions passes them all, in the exercise's order:
+``run_checks("mutants", predict_catches, check_builder)``, and each check receives them all.
 
 ``run_checks(NAME, fn)`` runs them, prints one line per check and returns a ``CheckReport``
 (true when every check passed; it shows nothing more in a notebook, the printed report is the answer).  Starter code that
@@ -65,12 +67,13 @@ def load_checks(name: str) -> list[tuple[str, Callable]]:
     return list(module.CHECKS)
 
 
-def evaluate(name: str, fn: Callable) -> list[CheckOutcome]:
-    """Run every public check of ``name`` against ``fn``; never raises for a wrong answer."""
+def evaluate(name: str, *fns: Callable) -> list[CheckOutcome]:
+    """Run every public check of ``name`` against the learner's ``fns``; never raises for a wrong
+    answer."""
     outcomes = []
     for description, check in load_checks(name):
         try:
-            check(fn)
+            check(*fns)
         except NotImplementedError:
             outcomes.append(CheckOutcome(description, "not implemented"))
         except AssertionError as err:
@@ -84,13 +87,13 @@ def evaluate(name: str, fn: Callable) -> list[CheckOutcome]:
     return outcomes
 
 
-def run_checks(name: str, fn: Callable) -> CheckReport:
-    """Print a report of the public checks of ``name`` for ``fn``.
+def run_checks(name: str, *fns: Callable) -> CheckReport:
+    """Print a report of the public checks of ``name`` for the learner's ``fns``.
 
-    The report is true when all pass and false when ``fn`` is not implemented yet;
+    The report is true when all pass and false when a function is not implemented yet;
     ``PublicCheckFailed`` is raised when a check fails.
     """
-    outcomes = evaluate(name, fn)
+    outcomes = evaluate(name, *fns)
     report = CheckReport(name, tuple(outcomes))
     if outcomes and all(o.status == "not implemented" for o in outcomes):
         print(f"{name}: not implemented yet. Write your answer in the cell above, run it, then run this cell again.")

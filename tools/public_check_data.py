@@ -417,12 +417,46 @@ def attention_tail_data() -> dict:
             "eight": attention_case(8, 14)}
 
 
+# mutants: the labels part 1 lists, and, for the three of them that come from chapter 11's table,
+# what that table says catches them: the verdicts published with the mutation table of the
+# course on the GA-2 accelerator (transcribed here, not computed: the engine is not asked).
+MUTANTS_LABELS = [
+    "scores: the 1/sqrt(d) factor is left out",
+    "q requantization scale is 3% too large",
+    "the output is stored from the int32 accumulators",
+    "the scores are multiplied by sqrt(d) instead of divided",
+    "the weights are requantized as if 1.0 were 128",
+    "the score loop stops after 6 tiles (24 positions)",
+    "the value scale is calibrated on the newest token only",
+    "the output is stored one word short (15 of 16 values)",
+    "the new value is requantized with the key's parameters",
+]
+MUTANTS_TABLE = {
+    "scores: the 1/sqrt(d) factor is left out": ["b", "d"],
+    "q requantization scale is 3% too large": ["d"],
+    "the output is stored from the int32 accumulators": ["b", "c"],
+}
+
+
+def mutants_data() -> dict:
+    """The listed labels, the chapter's verdicts for three of them, and the names of the public
+    builders: chapter 11's two equivalent changes and three of its mutants."""
+    return {
+        "labels": MUTANTS_LABELS,
+        "table": MUTANTS_TABLE,
+        "equivalent": ["the last score tile always computes 4 positions (extra scores are never read)",
+                       "the last projection block always computes 4 rows (extra rows are never read)"],
+        "mutants": ["keys are read without the transpose", "the new key is never appended to the cache",
+                    "scores: the 1/sqrt(d) factor is left out"],
+    }
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
     "arithmetic_intensity": arithmetic_intensity_data, "time_per_token": time_per_token_data,
     "prefill_time": prefill_time_data, "blocked_decode": blocked_decode_data, "requant": requant_data,
-    "attention_tail": attention_tail_data,
+    "attention_tail": attention_tail_data, "mutants": mutants_data,
 }
 
 

@@ -19,7 +19,7 @@ import pytest
 from graders import Limits, grade_bytes
 from graders.sandbox import Sandbox
 
-from grader_helpers import BWRAP, BWRAP_WHY, FAST, GOOD, HOSTILE, grade_text, processes_matching
+from grader_helpers import BWRAP, BWRAP_WHY, FAST, GOOD, HOSTILE, ROOT, grade_text, processes_matching
 
 VALUE_TESTS = lambda name: not any(w in name for w in ("not modified", "shape and dtype"))  # noqa: E731
 ALL_TESTS = lambda name: True  # noqa: E731
@@ -341,3 +341,77 @@ def test_the_corpus_is_all_graded_here():
     for path in HOSTILE.iterdir():
         if path.suffix in (".py", ".ipynb"):
             assert f'"{path.name}"' in source, f"{path.name} is in the corpus but no test grades it"
+
+
+# ------------------------------------------------------------------ the mutants exercise's checks
+# A learner's check_builder receives builders in the sandbox and says True or False: these attack
+# what it could learn there.  Each must score zero on part 2 (the "accepts every correct builder"
+# entry fails with a reason, so the mutants count nothing), and nothing the check printed or
+# raised may appear anywhere in the result.
+PART_2 = lambda name: name.startswith("part 2")  # noqa: E731
+MUTANTS_LIMITS = Limits(test_seconds=5, submission_seconds=20, import_seconds=5)
+MARKS = ("MUTANTS-FLOOD-MARK", "MUTANTS-SOURCE-MARK", "MUTANTS-IMPORT-MARK")
+
+
+def grade_mutants_check(filename, isolation, limits=MUTANTS_LIMITS):
+    result = grade_hostile(filename, "mutants", isolation, limits=limits, fill={"__CHECKOUT__": ROOT})
+    assert result["status"] != "grader_error", result["output"]
+    import json
+    text = json.dumps(result)
+    assert not any(mark in text for mark in MARKS), "the check's own words reached the result"
+    return result
+
+
+def validity(result):
+    return next(t for t in result["tests"] if t["name"].startswith("part 2: accepts"))
+
+
+@pytest.mark.parametrize("filename, why", [
+    ("mutants_inspect_source.py", "rejected (False, or an exception)"),        # no source text to read
+    ("mutants_truthy_liar.py", "must return True or False"),                   # a liar is no verdict
+    ("mutants_print_flood.py", "rejected (False, or an exception)"),           # its output goes nowhere
+])
+def test_a_check_that_cannot_tell_scores_zero_on_part_2(isolation, filename, why):
+    sandbox_for(isolation)
+    result = grade_mutants_check(filename, isolation)
+    assert_zero(result, PART_2)
+    assert "your check rejects a correct builder" in validity(result)["output"]
+    assert "the course's builder itself, unchanged: " in validity(result)["output"]
+    assert why in validity(result)["output"]
+    assert len(result["runs"]) == 2          # part 1, then the unchanged builder: nothing more is run
+    if filename == "mutants_print_flood.py":
+        assert "not kept" in result["submission_output"]
+
+
+def test_a_check_that_loops_forever_scores_zero_and_stops_early(isolation):
+    sandbox_for(isolation)
+    limits = Limits(test_seconds=0.5, submission_seconds=10, import_seconds=5)
+    result = grade_mutants_check("mutants_loop_forever.py", isolation, limits)
+    assert result["status"] == "timeout"
+    assert_zero(result, PART_2)
+    assert "no answer in time: took longer than 0.5 s" in validity(result)["output"]
+    assert len(result["runs"]) == 2          # part 1, then the unchanged builder: nothing more is run
+
+
+@pytest.mark.parametrize("filename", ["mutants_read_files.py", "mutants_import_graders.py"])
+def test_the_builder_and_the_grader_are_out_of_a_checks_reach(isolation, filename):
+    """The real builder's text (ga2/attn.py, or ga2.attn itself) and the hidden variants
+    (graders/exercises/mutants.py) are not in the sandbox: the check that needs them has nothing."""
+    needs(isolation, "file_view")
+    result = grade_mutants_check(filename, isolation)
+    assert result["status"] == "ok", validity(result)["output"]
+    assert_zero(result, PART_2)
+    assert "the course's builder itself, unchanged: rejected" in validity(result)["output"]
+
+
+def test_a_check_cannot_remember_one_builder_for_the_next(isolation):
+    """Each builder is judged in a sandbox of its own: no memory, no /tmp, no process left running
+    reaches the next one, so a check that compares each builder with the first one it saw sees
+    every builder as its first (it accepts them all, and catches nothing)."""
+    needs(isolation, "file_view")
+    result = grade_mutants_check("mutants_memorize.py", isolation,
+                                 Limits(test_seconds=5, submission_seconds=120, import_seconds=5))
+    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
+    assert validity(result)["status"] == "passed"
+    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
+    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of ")

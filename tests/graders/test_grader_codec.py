@@ -29,9 +29,38 @@ def test_objects_travel_as_their_type_name_only():
     class Sneaky(float):
         def __eq__(self, other):
             return True
-    back = roundtrip([Sneaky(1.0), object(), np.array([object()], dtype=object), {1, 2}])
+    class Subset(set):
+        pass
+    back = roundtrip([Sneaky(1.0), object(), np.array([object()], dtype=object), Subset({1, 2})])
     assert all(isinstance(v, Opaque) for v in back)
     assert back[0].type_name.endswith("Sneaky") and "object" in back[2].type_name
+    assert back[3].type_name.endswith("Subset")
+
+
+def test_sets_of_plain_values_travel_as_sets():
+    back = roundtrip({"b": {"b", "d"}, "none": set(), "f": frozenset({1, 2.5, ("x", 3)})})
+    assert back == {"b": {"b", "d"}, "none": set(), "f": frozenset({1, 2.5, ("x", 3)})}
+    assert type(back["b"]) is set and type(back["f"]) is frozenset
+    class Liar:
+        def __eq__(self, other):
+            return True
+        def __hash__(self):
+            return 0
+    odd = roundtrip({Liar(), "c"})
+    assert "c" in odd and all(isinstance(v, (str, Opaque)) for v in odd)   # the item is a type name
+    with pytest.raises(ValueError):
+        decode({"$set": [{"$npy": encode(np.zeros(2))["$npy"]}]})       # an array is no set item
+
+
+def test_a_module_node_is_made_only_inside_the_sandbox():
+    """What comes back from the sandbox is never run: a ``$module`` node decodes only with the
+    harness's own ``modules``, which only its inputs get."""
+    node = {"$module": {"name": "m", "package": "", "code": {"$nd": "a0"}}}
+    with pytest.raises(ValueError, match="module"):
+        decode(node)
+    with pytest.raises(ValueError, match="module"):
+        decode({"$list": [node]}, load=lambda n: b"")
+    assert decode({"$list": [node]}, modules=lambda n: "made") == ["made"]
 
 
 def test_oversized_arrays_are_refused_not_sent():

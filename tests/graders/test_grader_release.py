@@ -38,6 +38,7 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
     leaks = find_leaks(out)
     assert not leaks, describe(leaks)
     assert not (out / "kvcache").exists() and not (out / "coursebook").exists() and not (out / "tools").exists()
+    # public_checks, and ga2: the GA-2 exercises (attention_tail, mutants) run its machine and builder
     assert "packages: public_checks, ga2\n" in proc.stdout + "\n"
     # the machine the GA-2 exercises program, without what implements their answers
     assert (out / "ga2" / "machine.py").exists() and not (out / "ga2" / "rtl").exists()
