@@ -385,9 +385,9 @@ class PagedKVCache(KVCache):
         row = self._row(seq)
         if self.batch + 1 > self.capacity:
             raise ValueError(f"the cache has room for {self.capacity} sequences")
-        table = [self.allocator.fork(b) for b in self.tables[row]]
-        self.tables.append(table)
-        self._set_lengths(np.append(self.lengths, self._lengths[row]))
+        lengths = np.append(self.lengths, self._lengths[row])
+        self.tables.append([self.allocator.fork(b) for b in self.tables[row]])
+        self._set_lengths(lengths)
         return self.batch - 1
 
     def free(self, seq) -> None:
@@ -405,8 +405,9 @@ class PagedKVCache(KVCache):
         other.tables.pop(row)
         other._set_lengths(np.delete(other._lengths[: other.batch + 1], row))
         other._pending = self._pending = None
+        lengths = np.append(self.lengths, length)
         self.tables.append(table)
-        self._set_lengths(np.append(self.lengths, length))
+        self._set_lengths(lengths)
         return self.batch - 1
 
     def new_batch(self, batch: int = 0, max_len: int | None = None) -> "PagedKVCache":
@@ -484,24 +485,25 @@ class PagedKVCache(KVCache):
     # ------------------------------------------------------------------ a step: blocks first, then writes
 
     def _plan(self, rows: list[int], counts) -> tuple[int, list]:
-        """Blocks a step would take (new blocks and copies), and the copies to make: for each
-        row written, the block its first new position falls in is copied first when another
-        holder still references it (or when it is in the prefix cache, which it would corrupt)."""
-        refs = {}
-        copies = []
-        needed = 0
+        """Blocks a step would take (new blocks and copies), and the copies to make: the block a
+        row's first new position falls in is copied first when another holder still references
+        it (processed in row order, so of k rows sharing one block, k - 1 copy it)."""
         bs = self.block_size
-        for row, n in zip(rows, counts):
-            length, table = int(self._lengths[row]), self.tables[row]
-            if length % bs:                              # the first write lands in a partial block
-                i = length // bs
-                b = table[i]
-                shared = refs.get(b, self.allocator._refs[b]) > 1
-                if shared:
-                    copies.append((row, i, length % bs))
-                    refs[b] = refs.get(b, self.allocator._refs[b]) - 1
-                    needed += 1
-            needed += max(0, blocks_for(length + n, bs) - len(table))
+        lengths = self._lengths[rows] if len(rows) else np.zeros(0, np.int64)
+        held = np.fromiter((len(self.tables[r]) for r in rows), np.int64, len(rows))
+        needed = int(np.maximum(0, -(-(lengths + np.asarray(counts, np.int64)) // bs) - held).sum())
+        copies = []
+        if self.allocator.num_shared:                    # some block has two holders: copy-on-write
+            refs = {}
+            for row, length in zip(rows, lengths.tolist()):
+                if length % bs:                          # the first write lands in a partial block
+                    i = length // bs
+                    b = self.tables[row][i]
+                    n = refs.get(b, self.allocator._refs[b])
+                    if n > 1:
+                        copies.append((row, i, length % bs))
+                        refs[b] = n - 1
+            needed += len(copies)
         return needed, copies
 
     def blocks_needed(self, counts) -> int:
@@ -509,40 +511,47 @@ class PagedKVCache(KVCache):
         counts = np.asarray(counts, np.int64)
         return self._plan(list(range(self.batch)), counts)[0]
 
-    def reserve(self, counts) -> np.ndarray:
-        """Make room for counts[b] more positions in every sequence b before any layer writes:
-        check max_len (``CacheFullError``) and the free blocks (``OutOfBlocks``: nothing changed),
-        then copy shared partial blocks (copy-on-write) and append new blocks."""
-        counts = np.asarray(counts)
-        if counts.shape != (self.batch,) or (counts.size and not np.issubdtype(counts.dtype, np.integer)) \
-                or (counts < 1).any():
-            raise ValueError(f"a step needs one count >= 1 per sequence ({self.batch}), got {counts!r}")
-        counts = counts.astype(np.int64)
-        over = np.flatnonzero(self.lengths + counts > self.max_len)
+    def _make_room(self, rows: list[int], counts: np.ndarray, what: str) -> None:
+        """Room for counts[i] more positions in sequence rows[i], or an error with nothing
+        changed: max_len (``CacheFullError``), free blocks (``OutOfBlocks``).  Then shared
+        partial blocks are copied (copy-on-write) and new blocks appended."""
+        lengths = self._lengths[rows] if len(rows) else np.zeros(0, np.int64)
+        over = np.flatnonzero(lengths + counts > self.max_len)
         if len(over):
-            b = int(over[0])
-            raise CacheFullError(f"sequence {b} holds {int(self.lengths[b])} tokens: {int(counts[b])} more "
-                                 f"would pass the cache's max_len of {self.max_len}")
-        rows = list(range(self.batch))
+            b = rows[int(over[0])]
+            raise CacheFullError(f"sequence {b} holds {int(self._lengths[b])} tokens: {int(counts[over[0]])} "
+                                 f"more would pass the cache's max_len of {self.max_len}")
         needed, copies = self._plan(rows, counts)
         if needed > self.allocator.num_free:
-            raise OutOfBlocks(needed, self.allocator.num_free,
-                              f"a step of {int(counts.sum())} new positions over {self.batch} sequences")
-        prefix = self.pool.prefix
+            raise OutOfBlocks(needed, self.allocator.num_free, what)
         for row, i, slots in copies:
             old = self.tables[row][i]
             new = self.allocator.allocate()
             self.pool.copy_block(old, new, slots)
             self.tables[row][i] = new
             self.allocator.free(old)
-        bs = self.block_size
-        for row, n in zip(rows, counts):
+        bs, prefix = self.block_size, self.pool.prefix
+        for row, n in zip(rows, counts.tolist()):
             length, table = int(self._lengths[row]), self.tables[row]
             if prefix is not None and length % bs:
                 prefix.forget(table[length // bs])       # about to change: no longer a cached block
             for _ in range(blocks_for(length + n, bs) - len(table)):
                 table.append(self.allocator.allocate())
+        self._gather_cache = None
+
+    def reserve(self, counts) -> np.ndarray:
+        """Make room for counts[b] more positions in every sequence b before any layer writes
+        (``_make_room``: an error leaves everything as it was), and note where each new position
+        goes; the layers then write there."""
+        counts = np.asarray(counts)
+        if counts.shape != (self.batch,) or (counts.size and not np.issubdtype(counts.dtype, np.integer)) \
+                or (counts < 1).any():
+            raise ValueError(f"a step needs one count >= 1 per sequence ({self.batch}), got {counts!r}")
+        counts = counts.astype(np.int64)
+        self._make_room(list(range(self.batch)), counts,
+                        f"a step of {int(counts.sum())} new positions over {self.batch} sequences")
         # where each new position goes, packed as the model packs them (row 0's first)
+        bs = self.block_size
         starts = self.lengths.copy()
         if len(counts) and np.all(counts == 1):
             positions, seq_rows = starts, np.arange(self.batch)
@@ -555,6 +564,36 @@ class PagedKVCache(KVCache):
         self._step += 1
         self._pending = (self._step, blocks, positions % bs, starts + counts)
         return counts
+
+    def append(self, seq, keys, values) -> None:
+        """Append n positions to sequence ``seq`` alone, in every layer: ``keys[l]``,
+        ``values[l]`` (n, G, d) for layer l.  Blocks are taken (and a shared last block copied)
+        as ``reserve`` does; OutOfBlocks leaves everything as it was."""
+        row = self._row(seq)
+        pool = self.pool
+        if len(keys) != pool.n_layers or len(values) != pool.n_layers:
+            raise ValueError(f"append takes keys and values for each of the {pool.n_layers} layers")
+        k0 = np.asarray(keys[0])
+        n = k0.shape[0] if k0.ndim == 3 else -1
+        for arrs in (keys, values):
+            for x in arrs:
+                if np.shape(x) != (n, pool.kv_heads, pool.head_dim) or n < 1:
+                    raise ValueError(f"append takes (n, {pool.kv_heads}, {pool.head_dim}) arrays with n >= 1, "
+                                     f"one per layer; got {np.shape(x)}")
+        self._make_room([row], np.array([n]), f"appending {n} positions to sequence {row}")
+        length = int(self._lengths[row])
+        positions = np.arange(length, length + n)
+        blocks = np.asarray(self.tables[row], np.int64)[positions // self.block_size]
+        for layer in range(pool.n_layers):
+            for buf, scales, x in ((pool.k[layer], pool.k_scale[layer], keys[layer]),
+                                   (pool.v[layer], pool.v_scale[layer], values[layer])):
+                data, scale = pool.format.encode(np.asarray(x, pool.compute_dtype))
+                buf[blocks, positions % self.block_size] = data
+                if scales is not None:
+                    scales[blocks, positions % self.block_size] = scale
+        self._lengths[row] = length + n
+        self._gather_cache = None
+        self._pending = None
 
     def _padded_tables(self, width: int) -> np.ndarray:
         """(batch, width) int64: each table's first ``width`` blocks, padded with block 0 (a
