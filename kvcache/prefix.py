@@ -140,8 +140,9 @@ class PrefixIndex:
     def register(self, table: Sequence[int], tokens: Sequence[int]) -> int:
         """Cache the full blocks of a sequence (``table`` its blocks, ``tokens`` the tokens they
         hold) that are not cached yet.  A block whose prefix is already cached in another block
-        stays out (the first copy is the one found), and so does everything after it.  Returns
-        the number of blocks added."""
+        (two requests with one system prompt, computed in the same step) stays out: the first
+        copy is the one found, and the blocks after it are named as its children.  Returns the
+        number of blocks added."""
         bs = self.block_size
         added = 0
         parent_hash, parent = None, None
@@ -153,9 +154,11 @@ class PrefixIndex:
             block_tokens = tuple(int(t) for t in tokens[i * bs:(i + 1) * bs])
             h = self.hash_fn(parent_hash, block_tokens)
             parent_id = self._identity(parent)
-            if any(self._entry[o][2] == block_tokens and self._entry[o][1] == parent_id
-                   for o in self._buckets.get(h, ())):
-                break                                         # another block holds this prefix
+            twin = next((o for o in self._buckets.get(h, ())
+                         if self._entry[o][2] == block_tokens and self._entry[o][1] == parent_id), None)
+            if twin is not None:              # another block holds this prefix: the chain goes on
+                parent_hash, parent = h, twin     # through it (equal contents), this one stays out
+                continue
             self._entry[b] = (h, parent_id, block_tokens)
             self._buckets.setdefault(h, []).append(b)
             added += 1

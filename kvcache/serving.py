@@ -185,7 +185,7 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
     "blocks", "max_len" or "request"; ``max_running`` caps the batch; ``hash_fn`` names blocks
     for the prefix cache (a weak one shows collisions handled).  ``on_step(stats, rows, tokens,
     cache)`` is called after every step that ran, with the request of each row of the step, the
-    token each made, and the cache (finished sequences already gone).
+    token each made, and the cache as the step left it (its finished sequences still in it).
     """
     if reserve not in RESERVE_POLICIES:
         raise ValueError(f"reserve must be one of {', '.join(RESERVE_POLICIES)}, got {reserve!r}")
@@ -324,9 +324,6 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
                 finished += 1
             else:
                 keep.append(r)
-        if finished:
-            kv.select(keep)
-            running = [running[r] for r in keep]
         reserved = blocks_used * block_size
         stats = StepStats(step, len(rows), len(waiting), len(admitted), finished, preempted, blocks_used,
                           tokens_cached, 1.0 - tokens_cached / reserved if reserved else 0.0,
@@ -335,6 +332,9 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
         steps.append(stats)
         if on_step is not None:
             on_step(stats, rows, chosen.tolist(), kv)
+        if finished:
+            kv.select(keep)
+            running = [running[r] for r in keep]
         step += 1
     return ServeResult(outputs, steps, block_size, num_blocks, prefix.stats if prefix is not None else None,
                        time.perf_counter() - start, preempted_requests)
