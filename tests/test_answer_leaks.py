@@ -104,5 +104,8 @@ def test_what_learners_get_has_no_answer_and_the_engine_has_them_all():
     for folder in ("exercises", "public_checks", "book", "coursebook"):
         assert find_leaks(ROOT / folder) == [], folder
     # the scanner sees the engine's and the solutions' implementations: every graded name, once each
-    assert {leak.name for leak in find_leaks(ROOT / "solutions")} == graded_functions()
-    assert {leak.name for leak in find_leaks(ROOT / "kvcache")} == graded_functions()
+    # (it reads functions; the graded class BlockAllocator is guarded, the same way, by
+    # tests/graders/test_block_allocator_exercise.py)
+    classes = {"BlockAllocator"}
+    assert {leak.name for leak in find_leaks(ROOT / "solutions")} == graded_functions() - classes
+    assert {leak.name for leak in find_leaks(ROOT / "kvcache")} == graded_functions() - classes
