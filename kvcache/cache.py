@@ -367,8 +367,16 @@ def contiguous_cache(n_layers: int, batch: int, kv_heads: int, head_dim: int, ma
                     for _ in range(n_layers)], "contiguous")
 
 
+def _load_layouts() -> None:
+    """Import the modules that register the other layouts (they import this one, so they are
+    loaded on first use rather than at the top)."""
+    from . import paged  # noqa: F401 - registers "paged"
+
+
 def new_cache(kind: str, **kwargs) -> KVCache:
     """The cache layout called ``kind`` (see CACHE_KINDS), built with ``kwargs``."""
+    if isinstance(kind, str) and kind not in CACHE_KINDS:
+        _load_layouts()
     if not isinstance(kind, str) or kind not in CACHE_KINDS:
         raise ValueError(f"no cache layout {kind!r}: the layouts are {', '.join(sorted(CACHE_KINDS))}")
     factory = CACHE_KINDS[kind]

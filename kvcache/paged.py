@@ -14,6 +14,13 @@ head_dim], the order of vLLM's FlashAttention layout; ``k_pool`` is that memory 
 order above).  That way the blocks of a sequence, gathered in table order, are at once one
 array of positions (T, kv_heads, head_dim): attention reads it without another copy.
 
+Attention gathers the blocks of every sequence of a decode step with one ``np.take`` and runs the
+engine's ``decode_attention`` on the result.  Chapter 8's kernel (``kvcache.kernel.paged_decode``)
+walks the same pool through a block table with an online softmax and copies nothing; it is the
+form a GPU kernel takes, but in numpy it is a Python loop per sequence and per block, several
+times slower than one gather and two matrix products (``bench_paged`` measures both), so the
+cache gathers, and its tests hold the two equal.
+
 and per sequence, shared by all layers (block b of the pool is block b in every layer)::
 
     table    [t_0, t_1, ...]        position p lives in block table[p // block_size],

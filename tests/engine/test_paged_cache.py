@@ -312,3 +312,33 @@ def test_the_engine_model_gives_the_same_logits_on_either_layout():
         np.testing.assert_allclose(model.decode(tokens, cont), model.decode(tokens, pg), rtol=1e-12, atol=1e-12)
     pg.check()
     np.testing.assert_allclose(cont.as_dicts()[1]["k"], pg.as_dicts()[1]["k"])
+
+
+def test_decode_attention_equals_the_kernel_s_paged_walk():
+    """The cache gathers each sequence's blocks (one np.take for the batch) and attends with the
+    engine's decode_attention; chapter 8's kernel walks the same pool block by block through the
+    block table, with an online softmax.  Two computations of one thing: equal, for grouped and
+    plain heads, several block sizes, and beams that share blocks."""
+    from kvcache.kernel import paged_decode
+    for heads, kv_heads, block_size in ((4, 2, 4), (3, 3, 1), (8, 1, 16), (4, 4, 5)):
+        rng = np.random.default_rng(heads * 10 + block_size)
+        d = 6
+        kv = PagedKVCache(2, 3, kv_heads, d, 60, dtype="float64", compute_dtype=np.float64,
+                          block_size=block_size, capacity=5)
+        counts = np.array([17, 1, 33])
+        for layer in kv:
+            if layer.index == 0:
+                kv.reserve(counts)
+            layer.update(rng.standard_normal((51, kv_heads, d)), rng.standard_normal((51, kv_heads, d)), counts)
+        kv.reorder([0, 2, 2, 1, 0])                  # beams sharing blocks
+        ones = np.ones(5, np.int64)
+        kv.reserve(ones)
+        q = rng.standard_normal((5, heads, d))
+        for layer in kv:
+            layer.update(rng.standard_normal((5, kv_heads, d)), rng.standard_normal((5, kv_heads, d)), ones)
+            ours = layer.attend(q, ones)
+            for b in range(5):
+                walked, visited = paged_decode(q[b], layer.k_pool, layer.v_pool, kv.block_table(b),
+                                               int(kv.lengths[b]))
+                assert visited == blocks_for(int(kv.lengths[b]), block_size)
+                np.testing.assert_allclose(ours[b], walked, rtol=1e-12, atol=1e-13)
