@@ -11,7 +11,8 @@ step of ``serve``::
        again (vLLM's default, recompute).  With preempt=False, OutOfBlocks is raised instead,
        before anything is written
     3. admission, unless step 2 just preempted: the head of the queue joins while the blocks
-       it needs for all its tokens so far (minus those found in the prefix cache) are free
+       it needs for all its tokens so far (minus those found in the prefix cache) are free, with
+       a watermark (a share of the pool) left over for the running sequences to grow into
     4. one forward pass: one token for each running sequence, the whole uncached prompt (or
        prompt and tokens so far) for each admitted one (``Model.forward`` with ragged counts)
     5. greedy choice; a sequence whose token is EOS, or that has made max_new_tokens, finishes
@@ -47,7 +48,9 @@ import numpy as np
 from .paged import OutOfBlocks, PagedKVCache, blocks_for, DEFAULT_BLOCK_SIZE
 from .prefix import PrefixIndex, PrefixStats, chain_hash
 
-__all__ = ["Request", "StepStats", "ServeResult", "serve", "RESERVE_POLICIES"]
+__all__ = ["Request", "StepStats", "ServeResult", "serve", "sample_requests", "BookkeepingModel",
+           "decode_step_seconds",
+           "RESERVE_POLICIES"]
 
 RESERVE_POLICIES = ("blocks", "max_len", "request")
 
@@ -93,6 +96,8 @@ class ServeResult:
     prefix: PrefixStats | None = None
     seconds: float = 0.0
     preempted_requests: list[int] = field(default_factory=list)   # request of each preemption
+    prefill_per_request: list[int] = field(default_factory=list)  # tokens each computed by prefill
+    cached_per_request: list[int] = field(default_factory=list)   # tokens each found cached
 
     @property
     def preemptions(self) -> int:
@@ -149,6 +154,89 @@ class _Sequence:
         return len(self.tokens) - self.prompt_len
 
 
+class BookkeepingModel:
+    """A stand-in for a model in ``serve``: every layer's keys and values are written as zeros
+    and the logits are flat (greedy decoding then picks token 0 every time).
+
+    What ``serve`` allocates, admits and preempts depends only on the requests' lengths, never on
+    the numbers a model computes (without an EOS, a request runs for exactly max_new_tokens), so
+    with this stand-in the allocator, the block tables and the scheduler run exactly as with the
+    model, at the cost of their bookkeeping alone: the memory of a large workload is measured in
+    a second.  ``config`` is a model's config (a dict or ``ModelConfig``).
+    """
+
+    def __init__(self, config):
+        from .config import ModelConfig
+        self.config = ModelConfig.from_dict(config) if not isinstance(config, ModelConfig) else config
+        self.dtype = np.dtype(np.float32)
+
+    def check_tokens(self, token_ids, what: str = "token ids") -> np.ndarray:
+        arr = np.asarray(token_ids)
+        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+            raise ValueError(f"{what} must be a 1-d sequence of integers")
+        arr = arr.astype(np.int64)
+        bad = np.flatnonzero((arr < 0) | (arr >= self.config.vocab_size))
+        if len(bad):
+            raise ValueError(f"{what}: token id {int(arr[bad[0]])} at position {int(bad[0])} is outside the "
+                             f"vocabulary (0 .. {self.config.vocab_size - 1})")
+        return arr
+
+    def forward(self, tokens, counts, cache) -> np.ndarray:
+        counts = cache.reserve(counts)
+        zeros = np.zeros((int(counts.sum()), self.config.num_key_value_heads, self.config.head_dim), self.dtype)
+        for layer in cache:
+            layer.update(zeros, zeros, counts)
+        return np.zeros((len(counts), self.config.vocab_size), self.dtype)
+
+
+def decode_step_seconds(model, batch: int, context: int, *, kind: str = "paged", steps: int = 8,
+                        block_size: int = DEFAULT_BLOCK_SIZE, seed: int = 0) -> float:
+    """The fastest of ``steps`` decode steps of ``batch`` sequences that each hold ``context``
+    positions (random prompts, prefilled first), in seconds.  The fastest, because other work on
+    the machine can only slow a step down.  Memory: batch x (context + steps) positions."""
+    batch = _check_int(batch, "batch", 1)
+    context = _check_int(context, "context", 1)
+    steps = _check_int(steps, "steps", 1)
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(0, model.config.vocab_size, context) for _ in range(batch)]
+    options = {"block_size": block_size} if kind == "paged" else {}
+    cache = model.new_cache(batch, context + steps, kind=kind, **options)
+    tokens = np.argmax(model.prefill(prompts, cache), axis=-1)
+    best = float("inf")
+    for _ in range(steps):
+        start = time.perf_counter()
+        logits = model.decode(tokens, cache)
+        best = min(best, time.perf_counter() - start)
+        tokens = np.argmax(logits, axis=-1)
+    return best
+
+
+def sample_requests(n: int, seed: int = 0, *, vocab_size: int, prompt_mean: float = 161.0,
+                    output_mean: float = 338.0, sigma: float = 0.9, max_len: int = 2048,
+                    system_prompt: int = 0, arrival_gap: float = 0.0) -> list[Request]:
+    """``n`` requests with varied prompt and output lengths, drawn from lognormal distributions
+    with the given means (``sigma`` the spread of their logarithms): by default the means the
+    PagedAttention paper reports for its ShareGPT conversations (161 prompt tokens, 338 output
+    tokens).  Every length is at least 1, and prompt + output fits in ``max_len``.  With
+    ``system_prompt`` > 0 every prompt starts with the same that many tokens; ``arrival_gap`` > 0
+    spaces arrivals by that many steps on average (exponential gaps, a Poisson process).
+    Token ids are random (the model's output does not depend on what they mean)."""
+    rng = np.random.default_rng(seed)
+
+    def lognormal(mean):
+        return rng.lognormal(np.log(mean) - sigma ** 2 / 2, sigma, n)
+
+    prompts = np.maximum(1, np.rint(lognormal(prompt_mean))).astype(int)
+    outputs = np.maximum(1, np.rint(lognormal(output_mean))).astype(int)
+    prompts = np.minimum(prompts, max_len - system_prompt - 1)
+    outputs = np.minimum(outputs, max_len - system_prompt - prompts)
+    head = [int(t) for t in rng.integers(0, vocab_size, system_prompt)]
+    gaps = rng.exponential(arrival_gap, n) if arrival_gap > 0 else np.zeros(n)
+    arrivals = np.floor(np.cumsum(gaps) - gaps[0]).astype(int)
+    return [Request(head + [int(t) for t in rng.integers(0, vocab_size, p)], int(o), arrival=int(a))
+            for p, o, a in zip(prompts, outputs, arrivals)]
+
+
 def _check_int(value, name: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -176,13 +264,15 @@ def _reserved_positions(policy: str, prompt_len: int, max_new: int, max_len: int
 def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK_SIZE,
           num_blocks: int | None = None, max_len: int | None = None, preempt: bool = True,
           prefix_sharing: bool = False, reserve: str = "blocks", cache_dtype=None,
-          max_running: int | None = None, hash_fn: Callable = chain_hash,
+          max_running: int | None = None, watermark: float = 0.01, hash_fn: Callable = chain_hash,
           on_step: Callable[[StepStats, list, list, PagedKVCache], None] | None = None) -> ServeResult:
     """Serve ``requests`` with greedy decoding over one paged pool (see the module docstring).
 
     ``num_blocks`` sizes the pool (default: enough for every request at its longest at once);
     ``max_len`` bounds a sequence (default: the longest prompt + max_new_tokens); ``reserve`` is
-    "blocks", "max_len" or "request"; ``max_running`` caps the batch; ``hash_fn`` names blocks
+    "blocks", "max_len" or "request"; ``max_running`` caps the batch; ``watermark`` is the share
+    of the pool admission leaves free for the running sequences to grow into (vLLM keeps 1%:
+    admitting up to the last block means preempting at the next step); ``hash_fn`` names blocks
     for the prefix cache (a weak one shows collisions handled).  ``on_step(stats, rows, tokens,
     cache)`` is called after every step that ran, with the request of each row of the step, the
     token each made, and the cache as the step left it (its finished sequences still in it).
@@ -227,6 +317,9 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
     if num_blocks is None:
         num_blocks = max(1, sum(holds(s) for s in seqs))
     num_blocks = _check_int(num_blocks, "num_blocks", 1)
+    if isinstance(watermark, bool) or not isinstance(watermark, numbers.Real) or not 0 <= watermark < 1:
+        raise ValueError(f"watermark must be a share of the pool, from 0 to below 1, got {watermark!r}")
+    keep_free = int(watermark * num_blocks) if reserve == "blocks" else 0   # reservations never grow
     for s in seqs:                              # refused up front: it would never fit
         if s.max_new and holds(s) > num_blocks:
             raise OutOfBlocks(holds(s), num_blocks,
@@ -244,6 +337,7 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
     running: list[_Sequence] = []               # row r of kv is running[r], oldest first
     steps: list[StepStats] = []
     preempted_requests: list[int] = []
+    prefilled, found = [0] * len(seqs), [0] * len(seqs)
     start = time.perf_counter()
     step = 0
     while pending or waiting or running:
@@ -277,7 +371,8 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
                         blocks_for(_reserved_positions(reserve, seq.prompt_len, seq.max_new, max_len), block_size))
             new_blocks = total - len(shared)
             revived = prefix.blocks_to_take_from_free(shared) if shared else 0
-            if need + new_blocks + revived > kv.num_free:
+            spare = keep_free if running or admitted else 0     # an empty batch always takes one
+            if need + new_blocks + revived + spare > kv.num_free:
                 break                           # the head of the queue waits, and so do the rest
             waiting.popleft()
             if prefix is not None:
@@ -289,6 +384,8 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
             else:                               # the whole reservation, taken now
                 kv.tables[row].extend(kv.allocator.allocate() for _ in range(new_blocks))
             admitted.append((seq, len(seq.tokens) - len(shared) * block_size, shared))
+            prefilled[seq.index] += len(seq.tokens) - len(shared) * block_size
+            found[seq.index] += len(shared) * block_size
 
         if not running and not admitted:        # nothing to run before the next arrival
             steps.append(StepStats(step, 0, len(waiting), 0, 0, preempted, kv.allocator.num_used, 0, 0.0, 0, 0,
@@ -337,4 +434,4 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
             running = [running[r] for r in keep]
         step += 1
     return ServeResult(outputs, steps, block_size, num_blocks, prefix.stats if prefix is not None else None,
-                       time.perf_counter() - start, preempted_requests)
+                       time.perf_counter() - start, preempted_requests, prefilled, found)
