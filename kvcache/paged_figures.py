@@ -51,6 +51,10 @@ def draw_steps(snapshots, width: float = 7.6):
     from matplotlib.patches import Rectangle
 
     n_blocks = len(snapshots[0].refs)
+    colour_of: dict[str, str] = {}               # a sequence keeps its colour from row to row
+    for snap in snapshots:
+        for name in snap.names:
+            colour_of.setdefault(name, SEQUENCE_COLOURS[len(colour_of) % len(SEQUENCE_COLOURS)])
     rows = len(snapshots)
     height_per = 0.55 + 0.28 * max(len(s.tables) for s in snapshots)
     fig, axes = plt.subplots(rows, 1, figsize=(width, height_per * rows + 0.3), squeeze=False)
@@ -67,20 +71,19 @@ def draw_steps(snapshots, width: float = 7.6):
                 share = 0.92 / len(owners)
                 level = fill.get(b, 0) / snap.block_size
                 for k, seq in enumerate(owners):
-                    colour = SEQUENCE_COLOURS[seq % len(SEQUENCE_COLOURS)]
+                    colour = colour_of[snap.names[seq]]
                     ax.add_patch(Rectangle((b + k * share, 0), share, 1, facecolor=colour, alpha=0.18, lw=0))
                     ax.add_patch(Rectangle((b + k * share, 0), share, level, facecolor=colour, alpha=0.75, lw=0))
-                ax.text(b + 0.46, 0.5, str(snap.refs[b]), ha="center", va="center", fontsize=9, weight="bold",
+                ax.text(b + 0.46, 0.5, str(snap.refs[b]), ha="center", va="center", fontsize=10, weight="bold",
                         color="black")
-            ax.text(b + 0.46, 1.12, str(b), ha="center", va="bottom", fontsize=7, color="0.35")
-        lines = [(f"{name}: table {list(table)}, {length} positions",
-                  SEQUENCE_COLOURS[seq % len(SEQUENCE_COLOURS)])
-                 for seq, (name, table, length) in enumerate(zip(snap.names, snap.tables, snap.lengths))]
+            ax.text(b + 0.46, 1.12, f"block {b}", ha="center", va="bottom", fontsize=8, color="0.35")
+        lines = [(f"{name}: table {list(table)}, {length} positions", colour_of[name])
+                 for name, table, length in zip(snap.names, snap.tables, snap.lengths)]
         lines.append((f"free queue (next first): {list(snap.free)}", "0.3"))
         for k, (text, colour) in enumerate(lines):
-            ax.text(0, -0.35 - 0.42 * k, text, ha="left", va="top", fontsize=8, color=colour)
+            ax.text(0, -0.35 - 0.42 * k, text, ha="left", va="top", fontsize=9, color=colour)
         ax.set_xlim(-0.1, n_blocks + 0.1)
         ax.set_ylim(-0.45 - 0.42 * len(lines), 1.5)
-        ax.set_title(snap.label, loc="left", fontsize=9)
+        ax.set_title(snap.label, loc="left", fontsize=10)
         ax.axis("off")
     return fig

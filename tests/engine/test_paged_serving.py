@@ -232,3 +232,50 @@ def test_chain_hash_is_deterministic_and_chained():
 def test_bad_requests_get_a_clear_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# ---------------------------------------------------------------------- measuring workloads
+
+
+def test_the_bookkeeping_stand_in_allocates_exactly_as_the_model_does():
+    """What serve allocates, admits and preempts depends on the lengths alone: with zeros for
+    keys and values, every step's statistics are those of the model's run."""
+    from kvcache.serving import BookkeepingModel
+    requests = [Request(r.prompt, r.max_new_tokens, arrival=r.arrival) for r in workload(12, seed=11)]
+    longest = max(blocks_for(len(r.prompt) + r.max_new_tokens - 1, 4) for r in requests)
+    preempted = {}
+    for options in ({}, {"num_blocks": longest + 3}, {"reserve": "request"}, {"prefix_sharing": True}):
+        real = serve(MODEL, requests, block_size=4, **options)
+        preempted[str(options)] = real.preemptions
+        fake = serve(BookkeepingModel(CONFIG), requests, block_size=4, **options)
+        fields = ("step", "running", "waiting", "admitted", "finished", "preempted", "blocks_used",
+                  "tokens_cached", "prefill_tokens")
+        assert [[getattr(s, f) for f in fields] for s in real.steps] == \
+            [[getattr(s, f) for f in fields] for s in fake.steps], options
+        assert [len(o) for o in fake.outputs] == [len(o) for o in real.outputs]
+    assert preempted[str({"num_blocks": longest + 3})] > 0          # the tight pool did preempt
+
+
+def test_sampled_requests_have_the_asked_means_and_fit():
+    from kvcache.serving import sample_requests
+    requests = sample_requests(4000, seed=1, vocab_size=V, max_len=2048)
+    prompts = np.array([len(r.prompt) for r in requests])
+    outputs = np.array([r.max_new_tokens for r in requests])
+    assert abs(prompts.mean() - 161) < 0.1 * 161 and abs(outputs.mean() - 338) < 0.1 * 338
+    assert prompts.min() >= 1 and outputs.min() >= 1 and (prompts + outputs).max() <= 2048
+    assert np.median(outputs) < outputs.mean()                 # a long tail, as real answers have
+    shared = sample_requests(20, seed=2, vocab_size=V, system_prompt=30, arrival_gap=5.0)
+    assert len({tuple(r.prompt[:30]) for r in shared}) == 1
+    arrivals = [r.arrival for r in shared]
+    assert arrivals[0] == 0 and arrivals == sorted(arrivals) and arrivals[-1] > 20
+    assert [len(r.prompt) for r in sample_requests(5, seed=3, vocab_size=V)] == \
+        [len(r.prompt) for r in sample_requests(5, seed=3, vocab_size=V)]
+
+
+def test_a_decode_step_is_timed_on_either_layout():
+    from kvcache.serving import decode_step_seconds
+    for kind in ("paged", "contiguous"):
+        seconds = decode_step_seconds(MODEL, 3, 20, kind=kind, steps=2)
+        assert 0 < seconds < 60
+    with pytest.raises(ValueError, match="batch"):
+        decode_step_seconds(MODEL, 0, 20)
