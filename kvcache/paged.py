@@ -231,6 +231,18 @@ class BlockPool:
         self.pinned: dict[int, int] = {}          # block -> references held outside any table
         self.prefix = None                        # a kvcache.prefix.PrefixIndex, when sharing prefixes
         self.bytes_copied = 0
+        self._workspace: dict[str, np.ndarray] = {}
+
+    def workspace(self, name: str, shape: tuple, dtype) -> np.ndarray:
+        """A reusable array of ``shape`` for gathered blocks (one per ``name``: keys, values and
+        their scales), grown when a step needs more.  Gathering into fresh memory at every step
+        would have the system hand out and clear new pages each time, which costs more than the
+        copy itself."""
+        size = int(np.prod(shape))
+        buf = self._workspace.get(name)
+        if buf is None or buf.size < size or buf.dtype != dtype:
+            buf = self._workspace[name] = np.empty(max(size, 2 * (0 if buf is None else buf.size)), dtype)
+        return buf[:size].reshape(shape)
 
     @property
     def bytes_per_slot(self) -> int:
@@ -745,13 +757,20 @@ class PagedLayerCache(LayerCache):
     def _rows(self, buf, scales, table: np.ndarray, T: int) -> np.ndarray:
         """Positions 0 .. T - 1 of the sequences whose (padded) tables are ``table`` (B, n):
         (B, G, T, d) in the compute dtype.  One gather, np.take of the blocks: [B, n, bs, G, d],
-        which is already (B, n bs, G, d) in position order; the transpose is a view."""
+        which is already (B, n bs, G, d) in position order; the transpose is a view.  The result
+        lives in the pool's workspace: valid until the next gather of the same kind."""
         B, n = table.shape
         bs = self.cache.block_size
-        data = np.take(buf, table, axis=0).reshape(B, n * bs, self.kv_heads, self.head_dim)[:, :T]
+        pool = self.cache.pool
+        name = "k" if buf is pool.k[self.index] else "v"
+        data = np.take(buf, table, axis=0, mode="clip",      # (clip: take does not buffer out=)
+                       out=pool.workspace(name, (B, n) + buf.shape[1:], buf.dtype))
+        data = data.reshape(B, n * bs, self.kv_heads, self.head_dim)[:, :T]
         scale = None
         if scales is not None:
-            scale = np.take(scales, table, axis=0).reshape(B, n * bs, self.kv_heads)[:, :T].transpose(0, 2, 1)
+            out = pool.workspace(name + "_scale", (B, n) + scales.shape[1:], scales.dtype)
+            scale = np.take(scales, table, axis=0, mode="clip", out=out)
+            scale = scale.reshape(B, n * bs, self.kv_heads)[:, :T].transpose(0, 2, 1)
         return self.format.decode(data.transpose(0, 2, 1, 3), scale, self.compute_dtype)
 
     def attend(self, q: np.ndarray, counts: np.ndarray) -> np.ndarray:
