@@ -368,6 +368,20 @@ class PagedKVCache(KVCache):
     def num_free(self) -> int:
         return self.allocator.num_free
 
+    @property
+    def block_tables(self) -> list[list[int]]:
+        """Every sequence's blocks (copies)."""
+        return [list(t) for t in self.tables]
+
+    @property
+    def k_pools(self) -> list[np.ndarray]:
+        """Each layer's key pool, [num_blocks, kv_heads, block_size, head_dim] (views)."""
+        return [layer.k_pool for layer in self.layers]
+
+    @property
+    def v_pools(self) -> list[np.ndarray]:
+        return [layer.v_pool for layer in self.layers]
+
     def block_table(self, seq: int) -> list[int]:
         """The blocks of sequence ``seq``, in position order (a copy)."""
         return list(self.tables[self._row(seq)])

@@ -48,23 +48,35 @@ import numpy as np
 from .paged import OutOfBlocks, PagedKVCache, blocks_for, DEFAULT_BLOCK_SIZE
 from .prefix import PrefixIndex, PrefixStats, chain_hash
 
-__all__ = ["Request", "StepStats", "ServeResult", "serve", "sample_requests", "BookkeepingModel",
+__all__ = ["Request", "StepStats", "ServeResult", "serve", "Scheduler", "sample_requests", "BookkeepingModel",
            "decode_step_seconds",
            "RESERVE_POLICIES"]
 
 RESERVE_POLICIES = ("blocks", "max_len", "request")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Request:
     """One generation request: greedy decoding of ``prompt`` for up to ``max_new_tokens``
-    tokens, stopping after an ``eos_token_id`` (an id or a list of them), arriving at step
-    ``arrival``."""
+    tokens, stopping after an ``eos_token_id`` (an id or a list of them; ``eos=`` says the
+    same), arriving at step ``arrival`` (or ``arrival_step=``)."""
 
     prompt: Sequence[int]
     max_new_tokens: int
-    eos_token_id: int | Sequence[int] | None = None
-    arrival: int = 0
+    eos_token_id: int | Sequence[int] | None
+    arrival: int
+
+    def __init__(self, prompt, max_new_tokens, eos_token_id=None, arrival=0, *, eos=None, arrival_step=None):
+        if eos is not None and eos_token_id is not None and eos != eos_token_id:
+            raise ValueError("give eos_token_id or eos, not two different ones")
+        object.__setattr__(self, "prompt", prompt)
+        object.__setattr__(self, "max_new_tokens", max_new_tokens)
+        object.__setattr__(self, "eos_token_id", eos_token_id if eos is None else eos)
+        object.__setattr__(self, "arrival", arrival if arrival_step is None else arrival_step)
+
+    @property
+    def eos(self):
+        return self.eos_token_id
 
 
 @dataclass
@@ -83,6 +95,10 @@ class StepStats:
     prefill_tokens: int     # tokens computed for the sequences admitted this step
     cached_tokens: int      # their tokens found in the prefix cache instead
     seconds: float
+
+    @property
+    def preemptions(self) -> int:
+        return self.preempted
 
 
 @dataclass
@@ -120,6 +136,13 @@ class ServeResult:
     def prefill_saved(self) -> int:
         """Prompt tokens taken from the prefix cache instead of computed."""
         return sum(s.cached_tokens for s in self.steps)
+
+    prefill_tokens_saved = prefill_saved
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of the looked-up prompt tokens found in the prefix cache (0 without sharing)."""
+        return self.prefix.hit_rate if self.prefix is not None else 0.0
 
     @property
     def mean_running(self) -> float:
@@ -435,3 +458,13 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
         step += 1
     return ServeResult(outputs, steps, block_size, num_blocks, prefix.stats if prefix is not None else None,
                        time.perf_counter() - start, preempted_requests, prefilled, found)
+
+
+class Scheduler:
+    """``serve`` with its options kept: ``Scheduler(model, num_blocks=..., ...).run(requests)``."""
+
+    def __init__(self, model, **options):
+        self.model, self.options = model, options
+
+    def run(self, requests) -> ServeResult:
+        return serve(self.model, requests, **self.options)

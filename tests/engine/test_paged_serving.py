@@ -279,3 +279,15 @@ def test_a_decode_step_is_timed_on_either_layout():
         assert 0 < seconds < 60
     with pytest.raises(ValueError, match="batch"):
         decode_step_seconds(MODEL, 0, 20)
+
+
+def test_the_requests_and_results_answer_to_their_other_names():
+    from kvcache.serving import Scheduler
+    r = Request([1, 2], 3, eos=4, arrival_step=2)
+    assert (r.eos_token_id, r.eos, r.arrival) == (4, 4, 2) and Request([1], 2, 7).eos == 7
+    with pytest.raises(ValueError, match="not two different"):
+        Request([1], 2, eos_token_id=3, eos=4)
+    result = Scheduler(MODEL, block_size=4, prefix_sharing=True).run([Request([1, 2, 3, 4, 5], 2),
+                                                                      Request([1, 2, 3, 4, 6], 2, arrival=3)])
+    assert result.hit_rate == result.prefix.hit_rate > 0 and result.prefill_tokens_saved == result.prefill_saved == 4
+    assert [s.preemptions for s in result.steps] == [s.preempted for s in result.steps]
