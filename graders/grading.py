@@ -58,7 +58,7 @@ from . import registry
 from .checks import CallResult, Fail, describe
 from .harness import decode, encode
 from .notebook import MAX_FILE_BYTES, Extracted, Source, Unreadable, infer_exercise, read
-from .registry import Exercise, Lib, Module, Ref, Test
+from .registry import Exercise, Lib, Module, Ref, Step, Test
 from .results import make_result, test_entry
 from .sandbox import Limits, Run, Sandbox, describe as describe_isolation, work_folder
 
@@ -227,11 +227,18 @@ def job_files(exercise: str, limits: Limits) -> tuple[bytes, bytes]:
         if isinstance(arg, Module):
             return {"$module": {"name": arg.name, "package": arg.package,
                                 "code": store(np.frombuffer(arg.code, dtype=np.uint8))}}
+        if isinstance(arg, Step):                   # resolved against the steps of its call
+            return {"$ref": [arg.index, *arg.path]}
         return encode(arg, store)
 
-    cases = [{"id": test.id, "timeout": _timeout(test, limits),
-              "calls": [{"fn": c.fn, "args": [encode_arg(a) for a in c.args], "capture_args": c.capture_args}
-                        for c in test.calls]}
+    def encode_call(c):
+        call = {"fn": c.fn, "args": [encode_arg(a) for a in c.args], "capture_args": c.capture_args}
+        if c.methods:
+            call["methods"] = [{"name": name, "args": None if args is None else [encode_arg(a) for a in args]}
+                               for name, args in c.methods]
+        return call
+
+    cases = [{"id": test.id, "timeout": _timeout(test, limits), "calls": [encode_call(c) for c in test.calls]}
              for test in registry.tests(exercise)]
     buf = io.BytesIO()
     if arrays:

@@ -12,8 +12,10 @@ where
 
 - ``IN_DIR/submission.py``: the source the grader extracted from the submission;
 - ``IN_DIR/spec.json``: the limits, and the cases: ``{"id", "timeout", "calls": [{"fn", "args",
-  "capture_args"}]}``; an argument may be ``{"$ref": [i, *path]}``, a part of what call ``i`` of
-  the same case returned (decoding token by token feeds each step the cache the previous one made);
+  "capture_args", ["methods"]}]}``; an argument may be ``{"$ref": [i, *path]}``, a part of what
+  call ``i`` of the same case returned (decoding token by token feeds each step the cache the
+  previous one made); ``methods`` ``[{"name", "args"}]`` are run on the object the call returned
+  (a class the learner wrote), where ``$ref`` names an earlier step (``_run_methods``);
 - ``IN_DIR/inputs.npz``: the arrays the cases refer to (``{"$nd": key}``).
 
 An argument may also be ``{"$module": {"name", "package", "code": {"$nd": key}}}``: a module the
@@ -359,6 +361,68 @@ def _disarm() -> None:
     _deadline[0] = float("inf")
 
 
+def _mro_names(err: BaseException) -> list[str]:
+    """The names of the classes ``err`` is an instance of, read through ``type``'s own
+    descriptors (a hostile class cannot run code here)."""
+    try:
+        mro = type.__dict__["__mro__"].__get__(type(err), type)
+    except Exception:  # noqa: BLE001
+        return []
+    return [_type_name_of_class(c) for c in mro[:16]]
+
+
+def _type_name_of_class(cls) -> str:
+    try:
+        name = type.__dict__["__qualname__"].__get__(cls, type)
+        module = type.__dict__["__module__"].__get__(cls, type)
+    except Exception:  # noqa: BLE001
+        return "object"
+    name = name if isinstance(name, str) else "object"
+    return name if module in ("builtins", "") or not isinstance(module, str) else f"{module}.{name}"
+
+
+def _run_methods(obj, steps: list, load, filename: str) -> list[dict]:
+    """Run ``steps`` ({"name", "args": [...] or None}) on ``obj`` in order: a method call, or an
+    attribute read when args is None.  An argument ``{"$ref": [k, ...]}`` is what step k
+    returned.  Each step's outcome is data: {"ok": True, "value"} or {"ok": False, "error"}, an
+    exception being one possible answer of a step; only the case's timer ends the script."""
+    values, outcomes = [], []
+    failed = object()
+
+    def refs(path):
+        if not isinstance(path, list) or not path or not isinstance(path[0], int) \
+                or not 0 <= path[0] < len(values) or values[path[0]] is failed:
+            raise ValueError("bad step reference")
+        value = values[path[0]]
+        for key in path[1:]:
+            value = value[key]
+        return value
+
+    for step in steps:
+        name, raw = step.get("name"), step.get("args")
+        try:
+            args = None if raw is None else [decode(a, load, refs) for a in raw]
+        except _Timeout:
+            raise
+        except BaseException:  # noqa: BLE001 - the step it needs did not return a value
+            values.append(failed)
+            outcomes.append({"ok": False, "error": {"type": "InputError",
+                                                    "message": "an earlier step it needs raised"}})
+            continue
+        try:
+            attr = getattr(obj, str(name))
+            value = attr if args is None else attr(*args)
+        except _Timeout:
+            raise
+        except BaseException as err:  # noqa: BLE001 - the learner's exception is the step's answer
+            values.append(failed)
+            outcomes.append({"ok": False, "error": {**_error(err, filename), "bases": _mro_names(err)}})
+            continue
+        values.append(value)
+        outcomes.append({"ok": True, "value": value})
+    return outcomes
+
+
 def _run_case(case: dict, module, arrays, filename: str, built: dict | None = None) -> dict:
     results = []
     built = built or {}
@@ -408,6 +472,8 @@ def _run_case(case: dict, module, arrays, filename: str, built: dict | None = No
             start = time.perf_counter()
             try:
                 value = fn(*args)
+                if call.get("methods"):       # drive the object it returned, step by step
+                    value = _run_methods(value, call["methods"], load, filename)
             except _Timeout:
                 raise
             except BaseException as err:  # noqa: BLE001 - SystemExit and friends are wrong answers

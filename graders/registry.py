@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Ref", "Module", "Lib", "Call", "Test", "Item", "Exercise", "names", "get", "tests", "items",
+__all__ = ["Ref", "Step", "Module", "Lib", "Call", "Test", "Item", "Exercise", "names", "get", "tests", "items",
            "fingerprint", "grader_files", "lib_files", "package_dir", "UnknownExercise"]
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -69,16 +69,29 @@ class Lib:
 
     name: str
     hide: tuple[str, ...] = ()
+class Step:
+    """Inside ``Call.methods``: what step ``index`` of the same call returned (the block an
+    earlier ``allocate()`` handed out), or part of it (``path``)."""
+
+    index: int
+    path: tuple = ()
 
 
 @dataclass(frozen=True)
 class Call:
     """One call of a learner's function.  ``capture_args`` sends the arguments back after the
-    call, to check that the function did not modify them."""
+    call, to check that the function did not modify them.
+
+    ``methods`` drives an object the call returns (a class the learner writes): ``(name, args)``
+    steps run in order on it, ``args`` a tuple (a method call; ``Step`` refers to an earlier
+    step's result) or None (an attribute read, a property).  The call then returns, for each
+    step, ``{"ok": True, "value": ...}`` or ``{"ok": False, "error": {"type", "message",
+    "bases", ...}}``: an exception a step raises is part of the answer, not the end of it."""
 
     fn: str
     args: tuple
     capture_args: bool = False
+    methods: tuple = ()
 
 
 @dataclass

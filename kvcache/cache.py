@@ -18,9 +18,9 @@ The interface a layer's attention sees (``LayerCache``)::
     crop(n)                 forget positions >= n (one n for all rows, or one per row)
 
 The model calls only ``update`` and ``attend``, so it never knows how the positions are laid out:
-another layout (fixed-size blocks, say) is another ``LayerCache`` registered under its own name
-with ``register_cache``, and ``new_cache(kind, ...)`` / ``generate.greedy(..., cache=kind)``
-select it.  ``KVCache`` holds the layers of one model, checks that a step fits before any layer
+another layout is another ``LayerCache`` registered under its own name with ``register_cache``,
+and ``new_cache(kind, ...)`` / ``generate.greedy(..., cache=kind)`` select it.  ``kvcache.paged``
+registers "paged" (fixed-size blocks from one pool, with block tables).  ``KVCache`` holds the layers of one model, checks that a step fits before any layer
 writes (``reserve``), and applies reorder/select/crop to every layer.
 
 New tokens arrive packed: k, v (N, G, d) with N = sum(counts), row 0's tokens first.  Decode is
@@ -367,8 +367,16 @@ def contiguous_cache(n_layers: int, batch: int, kv_heads: int, head_dim: int, ma
                     for _ in range(n_layers)], "contiguous")
 
 
+def _load_layouts() -> None:
+    """Import the modules that register the other layouts (they import this one, so they are
+    loaded on first use rather than at the top)."""
+    from . import paged  # noqa: F401 - registers "paged"
+
+
 def new_cache(kind: str, **kwargs) -> KVCache:
     """The cache layout called ``kind`` (see CACHE_KINDS), built with ``kwargs``."""
+    if isinstance(kind, str) and kind not in CACHE_KINDS:
+        _load_layouts()
     if not isinstance(kind, str) or kind not in CACHE_KINDS:
         raise ValueError(f"no cache layout {kind!r}: the layouts are {', '.join(sorted(CACHE_KINDS))}")
     factory = CACHE_KINDS[kind]

@@ -28,6 +28,17 @@ current length, can no longer beat the worst finished one; "never" makes the sam
 most favourable length (the longest, when length_penalty > 0).  The result is the best finished
 hypothesis's new tokens.  The constants (the 2 K candidates, the -1e9 that excludes a beam) are
 those of transformers' own implementation, so the two choose the same tokens.
+
+With ``cache="paged"`` (``kvcache.paged``: blocks of ``block_size`` positions from a pool of
+``num_blocks``) the same searches run over block tables.  Greedy decoding runs through the
+serving loop (``kvcache.serving.serve``): when the pool runs short, ``preempt=True`` frees the
+newest running sequence and recomputes it from its tokens later; ``preempt=False`` raises
+``OutOfBlocks`` before anything is written.  Beam search expands the prompt to the beams by
+reference (every beam's table names the prompt's blocks) and reorders beams by moving table
+entries; a beam that shares its partly filled last block copies that block alone when it writes
+(copy-on-write).  When the beams do not all fit, the newest are preempted and recomputed from
+their tokens beside the others, sharing the prompt's full blocks.  Either way the tokens are
+those of an unlimited pool; a request longer than the whole pool is refused before it starts.
 """
 from __future__ import annotations
 
@@ -37,6 +48,7 @@ import time
 import numpy as np
 
 from .cache import KVCache
+from .paged import OutOfBlocks, blocks_for, DEFAULT_BLOCK_SIZE
 
 __all__ = ["greedy", "beam_search", "log_softmax", "check_prompts"]
 
@@ -141,6 +153,9 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     if prefill not in ("ragged", "padded"):
         raise ValueError(f"prefill must be 'ragged' or 'padded', got {prefill!r}")
     out: list[list[int]] = [[] for _ in arrays]
+    if cache == "paged":
+        return _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtype, prefill,
+                             trace, **cache_options)
     if max_new_tokens == 0:
         return out
     kv = model.new_cache(len(arrays), L_max, kind=cache, dtype=cache_dtype, **cache_options)
@@ -166,7 +181,152 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     return out
 
 
+def _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtype, prefill, trace, *,
+                  block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None,
+                  preempt: bool = True) -> list[list[int]]:
+    """Greedy decoding of a batch over a paged pool: the serving loop with every prompt arriving
+    at once.  With preempt=False the batch runs as one, as in a contiguous cache: the prompts
+    must fit together (else OutOfBlocks now), and a step that does not fit raises."""
+    from .serving import Request, serve
+    if prefill != "ragged":
+        raise ValueError("a paged cache prefills ragged prompts only (prefill='padded' is for the "
+                         "contiguous layout)")
+    if not isinstance(preempt, bool):
+        raise ValueError(f"preempt must be True or False, got {preempt!r}")
+    block_size = _check_count(block_size, "block_size", 1)
+    if num_blocks is not None:
+        num_blocks = _check_count(num_blocks, "num_blocks", 1)
+        prompts_need = sum(blocks_for(len(a), block_size) for a in arrays)
+        if not preempt and max_new_tokens and prompts_need > num_blocks:
+            raise OutOfBlocks(prompts_need, num_blocks, f"the {len(arrays)} prompts of the batch, together "
+                              "(preempt=False)")
+
+    def record(stats, rows, tokens, kv):
+        trace.append({"step": stats.step, "rows": rows, "tokens": tokens, "preempted": stats.preempted,
+                      "blocks_used": stats.blocks_used, "time": time.perf_counter(), "cache_batch": stats.running,
+                      "cache_bytes": kv.nbytes,
+                      "cache_used_bytes": stats.tokens_cached * kv.pool.bytes_per_slot * kv.pool.n_layers,
+                      "cache_bytes_copied": kv.bytes_copied})
+
+    result = serve(model, [Request(a, max_new_tokens, eos_token_id) for a in arrays], block_size=block_size,
+                   num_blocks=num_blocks, max_len=L_max, preempt=preempt, cache_dtype=cache_dtype,
+                   on_step=record if trace is not None else None)
+    return result.outputs
+
+
 # ---------------------------------------------------------------------- beam search
+
+
+class _ContiguousBeams:
+    """Beam search's rows in a preallocated cache: the prompt's row copied to the beams at the
+    first step, rows gathered by parent at every step."""
+
+    def __init__(self, model, prompt_ids, K, L_max, cache, cache_dtype, **cache_options):
+        self.model, self.prompt, self.K = model, prompt_ids, K
+        self.kv = model.new_cache(1, L_max, kind=cache, dtype=cache_dtype, capacity=K, **cache_options)
+
+    def prefill(self) -> np.ndarray:
+        return self.model.prefill([self.prompt], self.kv)                # (1, V): the prompt once
+
+    def step(self, parents: np.ndarray, beam_tokens: np.ndarray) -> np.ndarray:
+        """Logits (K, V) after each beam's newest token; ``beam_tokens`` (K, t + 1) holds every
+        beam's new tokens so far and ``parents`` the beam of the step before each extends."""
+        kv = self.kv
+        # every beam holds the same prompt at the first step: the first reorder expands row 0
+        kv.reorder(parents if kv.batch == self.K else np.zeros(self.K, np.int64))
+        return self.model.decode(beam_tokens[:, -1], kv)
+
+    def finish(self) -> None:
+        pass
+
+
+class _PagedBeams:
+    """Beam search's rows in a paged pool, with preemption by recompute.
+
+    ``row_of[j]`` is the cache row of beam j, or None when beam j holds no blocks (preempted, or
+    the child of a preempted beam).  A step: tables follow the parents (references only); the
+    resident beams decode together once the newest ones have been preempted until their next
+    token fits; then each beam without a row is recomputed from its tokens in a batch of its
+    own on the same pool, starting from the prompt's full blocks (pinned for the whole search),
+    and joins the cache.
+    """
+
+    def __init__(self, model, prompt_ids, K, L_max, max_new_tokens, cache_dtype, *,
+                 block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None, preempt: bool = True):
+        if not isinstance(preempt, bool):
+            raise ValueError(f"preempt must be True or False, got {preempt!r}")
+        self.model, self.prompt, self.K, self.preempt = model, prompt_ids, K, preempt
+        block_size = _check_count(block_size, "block_size", 1)
+        if num_blocks is not None:
+            num_blocks = _check_count(num_blocks, "num_blocks", 1)
+        self.kv = model.new_cache(1, L_max, kind="paged", dtype=cache_dtype, capacity=K,
+                                  block_size=block_size, num_blocks=num_blocks)
+        longest = blocks_for(max(len(prompt_ids) + max_new_tokens - 1, 1), block_size)
+        if longest > self.kv.num_blocks:                 # one beam alone could never fit
+            raise OutOfBlocks(longest, self.kv.num_blocks,
+                              f"a beam of {len(prompt_ids)} prompt tokens + {max_new_tokens} new can never "
+                              f"fit in a pool of {self.kv.num_blocks} blocks of {block_size}")
+        self.row_of: list[int | None] = [0]
+        self.pinned: list[int] = []
+        self.preemptions = 0
+
+    def prefill(self) -> np.ndarray:
+        logits = self.model.prefill([self.prompt], self.kv)
+        full = len(self.prompt) // self.kv.block_size
+        self.pinned = self.kv.block_table(0)[:full]      # shared by every beam, recomputed ones too
+        for b in self.pinned:
+            self.kv.pool.pin(b)
+        return logits
+
+    def _preempt_newest(self, row_of: list) -> None:
+        kv = self.kv
+        last = kv.batch - 1
+        row_of[row_of.index(last)] = None
+        kv.free(last)
+        self.preemptions += 1
+
+    def step(self, parents: np.ndarray, beam_tokens: np.ndarray) -> np.ndarray:
+        kv, K = self.kv, self.K
+        if len(self.row_of) == 1:                        # the first step: every beam extends the prompt
+            parents = np.zeros(K, np.int64)
+        sources = [self.row_of[int(p)] for p in parents]
+        keep = [r for r in sources if r is not None]
+        row_of, n = [], 0
+        for r in sources:
+            row_of.append(None if r is None else n)
+            n += r is not None
+        kv._gather(keep)                                 # references move; nothing is copied
+        while kv.batch and kv.blocks_needed(np.ones(kv.batch, np.int64)) > kv.num_free:
+            if not self.preempt:
+                raise OutOfBlocks(kv.blocks_needed(np.ones(kv.batch, np.int64)), kv.num_free,
+                                  f"the next token of {kv.batch} beams (preempt=False)")
+            self._preempt_newest(row_of)
+        logits = np.empty((K, self.model.config.vocab_size), self.model.dtype)
+        if kv.batch:
+            beam_of_row = sorted((r, j) for j, r in enumerate(row_of) if r is not None)
+            beams = [j for _, j in beam_of_row]
+            logits[beams] = self.model.decode(beam_tokens[beams, -1], kv)
+        bs = kv.block_size
+        shared = len(self.pinned) * bs
+        for j in [j for j, r in enumerate(row_of) if r is None]:
+            tokens = np.concatenate([self.prompt, beam_tokens[j]])
+            need = blocks_for(len(tokens), bs) - len(self.pinned)
+            while need > kv.num_free:                    # only resident beams hold blocks to give
+                self._preempt_newest(row_of)
+            side = kv.new_batch()
+            side.add_sequence([kv.allocator.fork(b) for b in self.pinned], shared)
+            logits[j] = self.model.forward(tokens[shared:], np.array([len(tokens) - shared]), side)[0]
+            row_of[j] = kv.adopt(side, 0)
+        self.row_of = row_of
+        return logits
+
+    def finish(self) -> None:
+        """Every block back to the pool."""
+        self.kv.release()
+        for b in self.pinned:
+            self.kv.pool.unpin(b)
+        self.pinned = []
+
 
 
 def _check_beam_options(num_beams, length_penalty, early_stopping):
@@ -207,8 +367,12 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
         return []
     K, V = num_beams, model.config.vocab_size
     n_candidates = max(2, 1 + len(eos)) * K
-    kv = model.new_cache(1, L_max, kind=cache, dtype=cache_dtype, capacity=K, **cache_options)
-    logits = model.prefill([prompt_ids], kv)                           # (1, V): the prompt once
+    if cache == "paged":
+        beams = _PagedBeams(model, prompt_ids, K, L_max, max_new_tokens, cache_dtype, **cache_options)
+    else:
+        beams = _ContiguousBeams(model, prompt_ids, K, L_max, cache, cache_dtype, **cache_options)
+    kv = beams.kv
+    logits = beams.prefill()                                           # (1, V): the prompt once
 
     # running beams: their new tokens and summed log-probabilities; beams 1.. start excluded, so
     # the first step's candidates all extend beam 0 (every beam holds the same prompt)
@@ -256,7 +420,7 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
         if trace is not None:
             trace.append({"step": t, "parents": next_parent.tolist(), "tokens": next_running[:, t].tolist(),
                           "scores": next_scores.tolist(), "finished": finished_scores[is_finished].tolist(),
-                          **_cache_state(kv)})
+                          "preemptions": getattr(beams, "preemptions", 0), **_cache_state(kv)})
 
         # can the best running beam still beat the worst finished hypothesis?
         generated = t + 1
@@ -267,7 +431,6 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
         all_done = early_stopping is True and is_finished.all()
         if not can_improve or all_done or ends.all():
             break
-        # every beam holds the same prompt at the first step: the first reorder expands row 0
-        kv.reorder(next_parent if kv.batch == K else np.zeros(K, np.int64))
-        logits = model.decode(running[:, t], kv)
+        logits = beams.step(next_parent, running[:, : t + 1])
+    beams.finish()
     return finished[0, : finished_len[0]].tolist()

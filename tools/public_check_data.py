@@ -451,12 +451,71 @@ def mutants_data() -> dict:
     }
 
 
+def _allocator_case(what: str, num_blocks: int, calls: list) -> dict:
+    """A script of calls on BlockAllocator(num_blocks), each with what it must do, worked out by
+    this script's own model: a list of reference counts over symbolic blocks (the step that
+    handed each out), so the expectations hold whichever free block an allocator picks.
+
+    ``calls``: ("allocate",), ("fork", k), ("free", k), ("refcount", k) with k the step that
+    returned the block, ("free", None, n) / ("fork", None, n) for a literal block n, ("num_free",).
+    """
+    refs: dict[int, int] = {}                 # allocate step -> references
+    steps = []
+    for i, call in enumerate(calls):
+        name = call[0]
+        live = [k for k, n in refs.items() if n > 0]
+        if name == "num_free":
+            steps.append({"call": name, "args": None, "expect": {"returns": num_blocks - len(live)}})
+            continue
+        if name == "allocate":
+            if len(live) == num_blocks:
+                expect = {"raises": "OutOfBlocks"}
+            else:
+                expect = {"returns": "a free block", "not_any_of": live}
+                refs[i] = 1
+            steps.append({"call": name, "args": [], "expect": expect})
+            continue
+        k = call[1]
+        args = [{"step": k}] if k is not None else [call[2]]
+        count = refs.get(k, 0) if k is not None else 0
+        if name == "refcount":
+            expect = {"returns": count}
+        elif k is None and not 0 <= call[2] < num_blocks:
+            expect = {"raises": "ValueError", "why": f"block {call[2]} is not in the pool"}
+        elif count == 0:
+            expect = {"raises": "ValueError", "why": "the block is free"}
+        elif name == "fork":
+            expect = {"returns": "the same block", "as": k}
+            refs[k] += 1
+        else:
+            expect = {"returns": None}
+            refs[k] -= 1
+        steps.append({"call": name, "args": args, "expect": expect})
+    return {"what": what, "num_blocks": num_blocks, "steps": steps}
+
+
+def block_allocator_data() -> dict:
+    a = ("allocate",)
+    return {"cases": [
+        _allocator_case("a new allocator of 4 blocks", 4,
+                        [("num_free",), ("refcount", None, 0), ("refcount", None, 3)]),
+        _allocator_case("4 blocks handed out, then one more asked for", 4,
+                        [a, a, a, a, ("num_free",), a, ("num_free",)]),
+        _allocator_case("fork and free: reference counts", 3,
+                        [a, ("fork", 0), ("refcount", 0), ("num_free",), ("free", 0), ("refcount", 0),
+                         ("num_free",), ("free", 0), ("num_free",), ("refcount", 0)]),
+        _allocator_case("a double free", 2, [a, ("free", 0), ("free", 0), ("num_free",)]),
+        _allocator_case("a freed block comes back", 2,
+                        [a, a, ("free", 0), a, a, ("free", 1), ("free", 3), ("num_free",)]),
+    ]}
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
     "arithmetic_intensity": arithmetic_intensity_data, "time_per_token": time_per_token_data,
     "prefill_time": prefill_time_data, "blocked_decode": blocked_decode_data, "requant": requant_data,
-    "attention_tail": attention_tail_data, "mutants": mutants_data,
+    "attention_tail": attention_tail_data, "mutants": mutants_data, "BlockAllocator": block_allocator_data,
 }
 
 

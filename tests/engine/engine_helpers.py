@@ -60,8 +60,11 @@ def hf_generate(hf_model, prompt, **kwargs) -> list[int]:
     """transformers' generate() for one prompt: the new tokens, cut after the first EOS."""
     import torch
     eos = kwargs.get("eos_token_id")
+    ids = torch.tensor([list(prompt)])
     with torch.inference_mode():
-        out = hf_model.generate(torch.tensor([list(prompt)]), do_sample=False,
+        # an explicit mask: without one, generate() takes every prompt token equal to the pad id
+        # for padding and masks it out
+        out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                 pad_token_id=0 if eos is None else eos, **kwargs)
     new = out[0, len(prompt):].tolist()
     return new[: new.index(eos) + 1] if eos is not None and eos in new else new
