@@ -35,7 +35,7 @@ from .machine import MachineFacts
 from .memory import GIB, format_bytes
 
 __all__ = ["Calibration", "calibrate", "product_flops", "score_count", "BatchPlan", "batch_lengths",
-           "batch_seconds", "plan_batch", "ContextPlan", "context_seconds", "plan_contexts", "prefill_times",
+           "batch_seconds", "batch_memory", "plan_batch", "ContextPlan", "context_seconds", "plan_contexts", "prefill_times",
            "step_times_by_batch", "step_times_by_context", "random_prompts"]
 
 MEMORY_SHARE = 8                       # a measurement holds at most 1/8 of the free memory
@@ -218,7 +218,12 @@ def batch_seconds(cal: Calibration, cfg: ModelConfig, lengths, new_tokens: int, 
     return (repeats + 1) * (ragged + padded) + 2 * (ragged + steps) + ragged + (repeats + 1) * by_batch
 
 
-def plan_batch(facts: MachineFacts, cal: Calibration, cfg, budget_seconds: float = 12.0, repeats: int = 3,
+def batch_memory(cfg: ModelConfig, longest: int, batch: int = BATCH, new_tokens: int = NEW_TOKENS) -> int:
+    """About the most memory chapter 5's runs hold: a padded prefill's activations and the cache."""
+    return _activation_bytes(cfg, batch * longest, longest) + _cache_bytes(cfg, batch, longest + new_tokens)
+
+
+def plan_batch(facts: MachineFacts, cal: Calibration, cfg, budget_seconds: float = 8.0, repeats: int = 3,
                batch: int = BATCH, new_tokens: int = NEW_TOKENS, seed: int = 5) -> BatchPlan:
     """The longest prompt (from ``LONGEST_PROMPTS``) whose whole chapter-5 run is predicted to
     take at most ``budget_seconds`` and to hold at most 1/MEMORY_SHARE of the free memory; the
@@ -231,7 +236,7 @@ def plan_batch(facts: MachineFacts, cal: Calibration, cfg, budget_seconds: float
     for longest in candidates:
         lengths = batch_lengths(longest, batch, seed)
         seconds = batch_seconds(cal, cfg, lengths, new_tokens, repeats)
-        memory = _activation_bytes(cfg, batch * longest, longest) + _cache_bytes(cfg, batch, longest + new_tokens)
+        memory = batch_memory(cfg, longest, batch, new_tokens)
         if seconds <= budget_seconds and memory <= limit:
             fits = True
             reason = (f"prompts of up to {longest:,} tokens, the longest whose runs are predicted to take at most "
@@ -306,7 +311,7 @@ def context_seconds(cal: Calibration, cfg: ModelConfig, n: int, repeats: int) ->
             + (repeats + 1) * (cal.forward_seconds(cfg, n) + cal.step_seconds_at(cfg, [n])))
 
 
-def plan_contexts(facts: MachineFacts, cal: Calibration, cfg, budget_seconds: float = 10.0,
+def plan_contexts(facts: MachineFacts, cal: Calibration, cfg, budget_seconds: float = 6.0,
                   repeats: int = 3) -> ContextPlan:
     """Contexts 16, 32, 64, ... up to the largest power of two (at most LARGEST_CONTEXT and the
     model's max_position_embeddings) whose measurements are predicted to take at most
