@@ -85,25 +85,28 @@ def check_input_unchanged(fn):
 
 
 def check_rows_do_not_share_memory(fn):
-    case = DATA["repeats"]            # beam_idx = [2, 0, 0]: rows 1 and 2 both copy old row 0
+    case = DATA["repeats"]
+    for beam_idx in ([2, 0, 0], [0, 0, 0]):       # rows 1 and 2 both copy old row 0
+        cache = _cache(case)
+        new = _layers(fn(cache, list(beam_idx)), len(cache))
+        for i, layer in enumerate(new):
+            for name in ("k", "v"):
+                arr = layer[name]
+                assert isinstance(arr, np.ndarray) and arr.flags.writeable, (
+                    f"layer {i}, {name!r} of the new cache cannot be written to: the beam search appends the "
+                    "next token's key and value to every row, so give each row its own memory")
+                assert not np.shares_memory(arr, cache[i][name]), (
+                    f"layer {i}, {name!r} of the new cache shares memory with the input cache: writing a new "
+                    "token into a beam would change the old cache too")
+                keep_other, keep_input = arr[2].copy(), cache[i][name].copy()
+                arr[1] += 1000.0               # beam 1 appends something of its own
+                assert np.array_equal(arr[2], keep_other), (
+                    f"with beam_idx = {beam_idx}, writing into row 1 of layer {i}, {name!r} changed row 2: the "
+                    "two rows copy the same parent but share memory, so one beam's next token would overwrite "
+                    "the other's")
+                assert np.array_equal(cache[i][name], keep_input), (
+                    f"writing into row 1 of layer {i}, {name!r} of the new cache changed the input cache")
     cache = _cache(case)
-    new = _layers(fn(cache, list(case["beam_idx"])), len(cache))
-    for i, layer in enumerate(new):
-        for name in ("k", "v"):
-            arr = layer[name]
-            assert isinstance(arr, np.ndarray) and arr.flags.writeable, (
-                f"layer {i}, {name!r} of the new cache cannot be written to: the beam search appends the next "
-                "token's key and value to every row, so give each row its own memory")
-            assert not np.shares_memory(arr, cache[i][name]), (
-                f"layer {i}, {name!r} of the new cache shares memory with the input cache: writing a new token "
-                "into a beam would change the old cache too")
-            keep_other, keep_input = arr[2].copy(), cache[i][name].copy()
-            arr[1] += 1000.0               # beam 1 appends something of its own
-            assert np.array_equal(arr[2], keep_other), (
-                f"writing into row 1 of layer {i}, {name!r} changed row 2: the two rows copy the same parent but "
-                "share memory, so one beam's next token would overwrite the other's")
-            assert np.array_equal(cache[i][name], keep_input), (
-                f"writing into row 1 of layer {i}, {name!r} of the new cache changed the input cache")
     same = _layers(fn(cache, [0, 1, 2]), len(cache))          # the identity: still a new cache
     for i, layer in enumerate(same):
         for name in ("k", "v"):
