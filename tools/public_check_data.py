@@ -77,6 +77,20 @@ def ref_decode_rows(X, p, *, scale=True) -> list[list[float]]:
     return ref_causal(_project(X, p["Wq"]), _project(X, p["Wk"]), _project(X, p["Wv"]), scale=scale)
 
 
+def ref_buffer_attention(q, K_rows, V_rows, *, scale=True) -> list[float]:
+    """One query over the given key and value rows (the sequence's, never a buffer's tail):
+    the softmax of q . k_j (over sqrt(d) unless ``scale`` is false), times the values."""
+    d = len(q)
+    s = [_dot(q, k) / (math.sqrt(d) if scale else 1.0) for k in K_rows]
+    w = ref_softmax_row(s)
+    return [math.fsum(w[j] * float(V_rows[j][c]) for j in range(len(V_rows))) for c in range(len(V_rows[0]))]
+
+
+def ref_blocks(seq_len, block) -> int:
+    """Blocks of ``block`` rows that cover ``seq_len`` rows, in integers."""
+    return (seq_len + block - 1) // block
+
+
 def ref_kv_cache_bytes(L, G, d, T, b) -> int:
     return 2 * L * G * d * T * b
 
@@ -210,6 +224,35 @@ def attend_step_data() -> dict:
     return {"first_step_shapes": shapes, "own_value": own_value, "three_tokens": three, "random": random}
 
 
+def _buffer_case(rng, max_seq_len, d, seq_len, block, *, tail, d_v=None, scale=1.0) -> dict:
+    """A buffer of ``max_seq_len`` rows of which the first ``seq_len`` are stored; the check
+    fills the rest as ``tail`` says ("nan", "zero", or "rows": the stored K_tail and V_tail)."""
+    d_v = d if d_v is None else d_v
+    q = (rng.normal(size=d) * scale).tolist()
+    K = (rng.normal(size=(seq_len, d)) * scale).tolist()
+    V = rng.normal(size=(seq_len, d_v)).tolist()
+    case = {"q": q, "K_rows": K, "V_rows": V, "max_seq_len": max_seq_len, "seq_len": seq_len,
+            "block": block, "tail": tail, "expected": ref_buffer_attention(q, K, V),
+            "visited": ref_blocks(seq_len, block), "mistakes": {"no_scale": ref_buffer_attention(q, K, V, scale=False)}}
+    if tail == "rows":
+        case["K_tail"] = (rng.normal(size=(max_seq_len - seq_len, d)) * 30.0).tolist()
+        case["V_tail"] = (rng.normal(size=(max_seq_len - seq_len, d_v)) + 50.0).tolist()
+        case["mistakes"]["no_length_mask"] = ref_buffer_attention(q, K + case["K_tail"], V + case["V_tail"])
+    return case
+
+
+def blocked_decode_data() -> dict:
+    rng = np.random.default_rng(8)
+    note = _buffer_case(rng, 4096, 8, 33, 32, tail="zero")
+    one_row = _buffer_case(rng, 12, 3, 1, 4, tail="nan")
+    nan_tail = _buffer_case(rng, 16, 4, 10, 4, tail="nan")
+    counts = [{"max_seq_len": n, "seq_len": t, "block": b, "visited": ref_blocks(t, b),
+               "mistakes": {"floor": t // b, "plus_one": t // b + 1, "buffer": ref_blocks(n, b)}}
+              for n, t, b in [(64, 15, 16), (64, 16, 16), (64, 17, 16), (64, 1, 64), (64, 64, 8), (20, 13, 100)]]
+    garbage = _buffer_case(rng, 24, 4, 19, 8, tail="rows", scale=20.0)
+    return {"note": note, "one_row": one_row, "nan_tail": nan_tail, "counts": counts, "garbage": garbage}
+
+
 def _scalar_cases(reference, cases, **mistakes) -> list[dict]:
     out = []
     for what, args in cases:
@@ -333,8 +376,8 @@ BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
     "arithmetic_intensity": arithmetic_intensity_data, "time_per_token": time_per_token_data,
-    "prefill_time": prefill_time_data, "batched_decode_step": batched_decode_step_data,
-    "reorder_cache": reorder_cache_data,
+    "prefill_time": prefill_time_data, "blocked_decode": blocked_decode_data,
+    "batched_decode_step": batched_decode_step_data, "reorder_cache": reorder_cache_data,
 }
 
 
