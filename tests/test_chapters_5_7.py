@@ -127,6 +127,7 @@ def test_ch5_the_cached_model_equals_the_reference_and_the_loaded_one(ch5):
     assert "the loaded model gives the same logits: True" in text
     assert "refused: state dict does not fit the config: model.layers.2.mlp.up_proj.weight has shape (352, 64)" in text
     assert "prompt 0: 8 new tokens:" in text and "bytes allocated" in text      # the command line ran
+    assert "same NaN: True" in text and "reaches the output of sequence: [0]" in text
     assert number(g["ch5_st_header"]) > 0
 
 
@@ -191,6 +192,7 @@ def test_ch7_beam_search_trace(ch7):
     text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert "same: True" in text
     assert "row i is old row beam_idx[i]: True" in text and "row 2 unchanged: True" in text
+    assert "the plain form agrees: True" in text
 
 
 def test_ch7_measurement_is_reported(ch7):
@@ -239,7 +241,7 @@ def test_chapter_structure(path, names):
     assert "limit_blas_threads(1)" in first.source and first.source.index("limit_blas_threads(1)") < \
         first.source.index("import numpy")
     # the engine's counterparts of the exercises are called, never shown
-    for hidden in ("decode_attention", "_gather", "attend_new_tokens", "reorder"):
+    for hidden in ("decode_attention", "batched_decode_step", "_gather", "attend_new_tokens", "reorder"):
         assert not re.search(rf"show_source\([^)]*{hidden}", code), hidden
     assert "torch" not in code and "transformers import" not in code
 

@@ -49,19 +49,22 @@ def test_both_are_registered_with_sound_tests():
 
 
 def test_the_batched_reference_agrees_with_the_engine():
-    from kvcache.gqa import decode_attention
+    from kvcache.gqa import batched_decode_step, decode_attention
     rng = np.random.default_rng(0)
     for _ in range(30):
         G = int(rng.integers(1, 4))
         H, B, L, d = G * int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.integers(1, 10)), int(rng.integers(1, 7))
         q, K, V = rng.standard_normal((B, H, d)), rng.standard_normal((B, G, L, d)), rng.standard_normal((B, G, L, d))
         lengths = rng.integers(1, L + 1, size=B)
-        np.testing.assert_allclose(ex_bds.reference(q, K, V, lengths), decode_attention(q, K, V, lengths),
-                                   rtol=1e-10, atol=1e-12)
+        want = ex_bds.reference(q, K, V, lengths)
+        np.testing.assert_allclose(want, decode_attention(q, K, V, lengths), rtol=1e-10, atol=1e-12)
+        for b, n in enumerate(lengths):           # anything beyond a length: the exercise's contract
+            K[b, :, n:], V[b, :, n:] = np.inf, np.nan
+        np.testing.assert_allclose(want, batched_decode_step(q, K, V, lengths), rtol=1e-10, atol=1e-12)
 
 
 def test_the_reorder_reference_agrees_with_the_engine():
-    from kvcache.cache import new_cache
+    from kvcache.cache import new_cache, reorder_cache
     rng = np.random.default_rng(1)
     for _ in range(20):
         n_layers, B, G, T, d = (int(v) for v in rng.integers(1, 5, size=5))
@@ -72,8 +75,10 @@ def test_the_reorder_reference_agrees_with_the_engine():
             layer.update(rng.standard_normal((B * T, G, d)), rng.standard_normal((B * T, G, d)), np.full(B, T))
         cache = kv.as_dicts()
         kv.reorder(idx)
-        for want, got in zip(kv.as_dicts(), ex_rc.reference(cache, idx)):
-            assert np.array_equal(want["k"], got["k"]) and np.array_equal(want["v"], got["v"])
+        for want, got, plain in zip(kv.as_dicts(), ex_rc.reference(cache, idx), reorder_cache(cache, idx)):
+            for name in ("k", "v"):
+                assert np.array_equal(want[name], got[name]) and np.array_equal(plain[name], got[name])
+                assert not np.shares_memory(plain[name], cache[0][name])
 
 
 def test_good_answers_get_full_marks():
