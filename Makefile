@@ -49,7 +49,8 @@ system-deps:
 # user-level kernelspec cannot shadow it.
 BOOK_ENV := JUPYTER_PATH=$(CURDIR)/$(VENV)/share/jupyter
 
-# MathJax, RequireJS and the widget manager, copied from their npm packages so the site reads offline.
+# MathJax (from its npm package) and the widget host (coursebook/widgets/host.js), copied into
+# book/_static/vendor so the site reads offline.
 vendor: venv
 	$(BOOK_ENV) $(PY) tools/vendor_assets.py
 

@@ -329,7 +329,9 @@ def _unshare_prefix() -> list[str]:
 
 def _supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, tmp_bytes=0, subreaper=False,
                     probe=False) -> list[str]:
-    cmd = [sys.executable, "-I", "-S", "-B", "-c", BOOT, path] + (["--probe"] if probe else [])
+    # normalized: a grader started as ../.venv/bin/python must name its interpreter by a path that
+    # exists in the sandbox, where only the installation's folders are
+    cmd = [os.path.normpath(os.path.abspath(sys.executable)), "-I", "-S", "-B", "-c", BOOT, path] + (["--probe"] if probe else [])
     if report_fd is not None:
         cmd += ["--report-fd", str(report_fd)]
     if close:

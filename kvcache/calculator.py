@@ -1,34 +1,57 @@
-"""The cache calculator of Chapter 3: an ipywidgets form and the same numbers as a figure.
+"""The cache calculator of Chapter 3: a widget that works on the site and in JupyterLab.
 
-``CacheCalculator()`` shows a form (a model preset, layers, KV heads, head size, tokens per
-sequence, bytes per value; a GPU preset, its memory and the weights' size) and, below it, the
-cache per token, the cache per sequence, how many tokens and whole sequences fit beside the
-weights, and a bar of the GPU's memory split into weights, caches and what is left.
+``CacheCalculator()`` shows a form (a model preset, layers, KV heads, head size, the weights'
+size; tokens per sequence, bytes per value, a GPU preset and its memory, the unit of the two
+memory fields) and, below it, the cache per token, the cache per sequence, how many tokens and
+whole sequences fit beside the weights, and a bar of the GPU's memory split into weights, one
+block per sequence's cache, and what is left.
 
-Every number it shows comes from ``kvcache.memory``; ``calculate`` is the same arithmetic
-without the widgets, and ``presets_figure`` draws the presets with matplotlib for pages that
-cannot run widgets.  A test (or a reader) drives the widget by setting values::
+It is a course widget (``coursebook.widgets``): its drawing and its arithmetic run in the
+browser, in ``calculator.js`` beside this file, so every field recomputes on the static site
+with no kernel; the browser counts bytes with exact integers (BigInt) and checks what the
+reader types.  In JupyterLab the same module draws it, and the Python side follows: each field
+is a trait a notebook sets and reads, and ``result`` is recomputed in Python, from
+``kvcache.memory``, on every change (from the notebook or from the reader)::
 
     calc = CacheCalculator()
-    calc.layers.value = 80
-    calc.result["max_batch"], calc.summary.value
+    calc.layers = 80                  # the model preset becomes "custom"
+    calc.result["max_batch"]          # what the widget shows, from kvcache.memory
+    calc.summary()                    # its table, as (label, text) rows
+
+``calculate`` is the same arithmetic without the widget, and ``presets_figure`` draws the
+presets with matplotlib.
 """
 from __future__ import annotations
 
-import html
 from contextlib import contextmanager
 
-import ipywidgets as W
+import traitlets
+
+from coursebook.widgets import CourseWidget
 
 from .memory import GB, GIB, MODELS, format_bytes, kv_cache_bytes, max_batch, max_tokens
 from .roofline import GPUS
 
-__all__ = ["UNITS", "BYTES_PER_VALUE", "calculate", "memory_segments", "svg_bar", "CacheCalculator",
-           "presets_figure"]
+__all__ = ["UNITS", "BYTES_PER_VALUE", "FIELDS", "AMOUNTS", "calculate", "memory_segments", "to_bytes",
+           "summary_rows", "CacheCalculator", "presets_figure"]
 
 UNITS = {"GB": GB, "GiB": GIB}
 BYTES_PER_VALUE = [("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("int8 / fp8 (1 byte)", 1)]
 COLOURS = {"weights": "#4c72b0", "caches": "#dd8452", "left": "#d9d9d9"}
+#: The whole-number fields: trait -> (label, smallest, largest).  The page refuses anything else
+#: with a message, and so does the Python side (a TraitError).
+FIELDS = {
+    "layers": ("layers L", 1, 10_000),
+    "kv_heads": ("KV heads G", 1, 10_000),
+    "head_dim": ("head size d", 1, 100_000),
+    "tokens": ("tokens T", 1, 100_000_000),
+}
+#: The two memory fields, in the chosen unit: trait -> (label, smallest, largest).
+AMOUNTS = {
+    "weights": ("weights (fp16)", 0, 1_000_000),
+    "gpu_memory": ("GPU memory", 0, 1_000_000),
+}
+CUSTOM = "custom"
 
 
 def calculate(n_layers: int, n_kv_heads: int, head_dim: int, n_tokens: int, bytes_per_value: int,
@@ -65,213 +88,212 @@ def memory_segments(result: dict) -> list[tuple[str, int]]:
             ("left", result["left_bytes"])]
 
 
-def svg_bar(result: dict, width: int = 640, height: int = 70) -> str:
-    """An inline SVG bar of the GPU's memory: weights, one block per cached sequence, left over."""
-    total = max(result["gpu_bytes"], result["weight_bytes"], 1)
-    scale = (width - 2) / total
-    y, h = 6, 30
-    # A viewBox with width 100% lets the bar shrink with a narrow page instead of being clipped.
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="100%" '
-             f'style="max-width:{width}px" role="img" aria-label="GPU memory: weights, caches, left over">']
-    x = 1.0
-    w = result["weight_bytes"] * scale
-    parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{h}" fill="{COLOURS["weights"]}"/>')
-    x += w
-    if result["weights_fit"]:
-        seq_w = result["bytes_per_sequence"] * scale
-        batch = result["max_batch"]
-        if batch and seq_w >= 3:  # one outlined block per sequence while they are wide enough to see
-            for _ in range(batch):
-                parts.append(f'<rect x="{x:.1f}" y="{y}" width="{seq_w:.1f}" height="{h}" '
-                             f'fill="{COLOURS["caches"]}" stroke="white" stroke-width="1"/>')
-                x += seq_w
-        elif batch:
-            cw = result["batch_cache_bytes"] * scale
-            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{cw:.1f}" height="{h}" fill="{COLOURS["caches"]}"/>')
-            x += cw
-        lw = max(width - 1 - x, 0)
-        parts.append(f'<rect x="{x:.1f}" y="{y}" width="{lw:.1f}" height="{h}" fill="{COLOURS["left"]}"/>')
-    else:
-        gx = result["gpu_bytes"] * scale
-        parts.append(f'<line x1="{gx:.1f}" y1="2" x2="{gx:.1f}" y2="{y + h + 4}" stroke="black" '
-                     f'stroke-width="2"/>')
-    legend = [("weights", "weights"), ("caches", f"caches ({result['max_batch']} sequences)"),
-              ("left", "left over")]
-    lx = 1
-    for key, text in legend:
-        parts.append(f'<rect x="{lx}" y="{y + h + 12}" width="12" height="12" fill="{COLOURS[key]}"/>')
-        parts.append(f'<text x="{lx + 16}" y="{y + h + 22}" font-size="12" font-family="sans-serif">'
-                     f'{html.escape(text)}</text>')
-        lx += 30 + 7 * len(text)
-    if not result["weights_fit"]:
-        parts.append(f'<line x1="{lx}" y1="{y + h + 10}" x2="{lx}" y2="{y + h + 25}" stroke="black" stroke-width="2"/>')
-        parts.append(f'<text x="{lx + 6}" y="{y + h + 22}" font-size="12" font-family="sans-serif">'
-                     f'end of the GPU\'s memory: the weights do not fit</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+def to_bytes(amount: float, unit: str) -> int:
+    """Bytes of a memory field: ``amount`` units of ``unit`` ("GB" or "GiB"), to the nearest
+    byte (Python's round: ties to even; the page rounds the same way)."""
+    return round(amount * UNITS[unit])
 
 
-def _summary_html(r: dict, n_tokens: int, unit: str) -> str:
+def summary_rows(result: dict, n_tokens: int, unit: str) -> list[tuple[str, str]]:
+    """The calculator's table as (label, text) rows: the words the widget shows."""
     u = UNITS[unit]
 
     def both(n: int) -> str:
         return f"{n:,} bytes ({format_bytes(n)})"
 
+    def amount(n: int) -> str:
+        return f"{n:,} bytes ({n / u:,.2f} {unit})"
+
     rows = [
-        ("cache per token", both(r["bytes_per_token"])),
-        (f"cache per sequence of {n_tokens:,} tokens", both(r["bytes_per_sequence"])),
-        ("GPU memory", f"{r['gpu_bytes']:,} bytes ({r['gpu_bytes'] / u:,.2f} {unit})"),
-        ("weights", f"{r['weight_bytes']:,} bytes ({r['weight_bytes'] / u:,.2f} {unit})"),
+        ("cache per token", both(result["bytes_per_token"])),
+        (f"cache per sequence of {n_tokens:,} tokens", both(result["bytes_per_sequence"])),
+        ("GPU memory", amount(result["gpu_bytes"])),
+        ("weights", amount(result["weight_bytes"])),
     ]
-    if r["weights_fit"]:
+    if result["weights_fit"]:
         rows += [
-            ("left for caches", f"{r['spare_bytes']:,} bytes ({r['spare_bytes'] / u:,.2f} {unit})"),
-            ("tokens that fit", f"{r['max_tokens']:,}"),
-            ("sequences that fit (batch)", f"<b>{r['max_batch']:,}</b>"),
+            ("left for caches", amount(result["spare_bytes"])),
+            ("tokens that fit", f"{result['max_tokens']:,}"),
+            ("sequences that fit (batch)", f"{result['max_batch']:,}"),
         ]
     else:
-        rows += [("sequences that fit (batch)", "<b>0</b>: the weights alone do not fit in this GPU")]
-    body = "".join(f"<tr><td style='padding-right:1em'>{k}</td><td style='text-align:right'>{v}</td></tr>"
-                   for k, v in rows)
-    return f"<table class='kv-calculator'>{body}</table>"
+        rows += [("sequences that fit (batch)", "0: the weights alone do not fit in this GPU")]
+    return rows
 
 
-class CacheCalculator:
-    """The cache calculator widget.  Display it in a notebook; drive it by setting ``.value``.
+def _config() -> dict:
+    """What the browser needs besides the fields: presets, units, bounds, colours."""
+    return {
+        "models": {k: {"name": m.name, "layers": m.n_layers, "kv_heads": m.n_kv_heads, "head_dim": m.head_dim,
+                       "weight_bytes": m.weight_bytes(2)} for k, m in MODELS.items()},
+        "gpus": {k: {"name": g.name, "memory_bytes": g.memory_bytes} for k, g in GPUS.items()},
+        "units": dict(UNITS),
+        "bytes_per_value": [list(option) for option in BYTES_PER_VALUE],
+        "fields": {k: {"label": label, "min": lo, "max": hi} for k, (label, lo, hi) in FIELDS.items()},
+        "amounts": {k: {"label": label, "min": lo, "max": hi} for k, (label, lo, hi) in AMOUNTS.items()},
+        "colours": dict(COLOURS),
+    }
 
-    Inputs: ``model_preset``, ``layers``, ``kv_heads``, ``head_dim``, ``tokens``,
-    ``bytes_per_value``, ``gpu_preset``, ``gpu_memory``, ``weights``, ``unit`` (of the two
-    memory fields: "GB" = 10**9 bytes, "GiB" = 2**30 bytes).
-    Outputs: ``result`` (a dict of exact integers, see ``calculate``), ``summary`` (an HTML
-    widget with the table) and ``chart`` (an HTML widget with the SVG bar).
+
+class CacheCalculator(CourseWidget):
+    """The cache calculator widget.  Display it in a notebook; drive it by setting its traits.
+
+    Inputs (traits): ``model_preset`` (a key of ``kvcache.memory.MODELS`` or "custom"),
+    ``layers``, ``kv_heads``, ``head_dim``, ``tokens``, ``bytes_per_value`` (4, 2 or 1),
+    ``gpu_preset`` (a key of ``kvcache.roofline.GPUS`` or "custom"), ``gpu_memory`` and
+    ``weights`` (amounts in ``unit``: "GB" = 10**9 bytes, "GiB" = 2**30 bytes).
+    Choosing a preset fills its fields; editing a field makes its preset "custom"; changing the
+    unit keeps a preset's bytes (a custom amount keeps its number).  Output: ``result`` (a dict
+    of exact integers, see ``calculate``) and ``summary()`` (the rows of the widget's table).
     """
 
-    def __init__(self, model: str = "7B", gpu: str = "A10", n_tokens: int = 4096, bytes_per_value: int = 2):
-        style = {"description_width": "120px"}
-        # Two columns of 330 px fit the book's text column side by side and wrap under each
-        # other on a narrow screen; a field wide enough for "fp16 / bf16 (2 bytes)".
-        layout = W.Layout(width="320px")
-        self.model_preset = W.Dropdown(options=[(m.name, k) for k, m in MODELS.items()] + [("custom", "custom")],
-                                       value=model, description="model", style=style, layout=layout)
-        self.layers = W.BoundedIntText(value=1, min=1, max=10_000, description="layers L", style=style,
-                                       layout=layout)
-        self.kv_heads = W.BoundedIntText(value=1, min=1, max=10_000, description="KV heads G", style=style,
-                                         layout=layout)
-        self.head_dim = W.BoundedIntText(value=1, min=1, max=100_000, description="head size d", style=style,
-                                         layout=layout)
-        self.tokens = W.BoundedIntText(value=n_tokens, min=1, max=100_000_000, description="tokens T",
-                                       style=style, layout=layout)
-        self.bytes_per_value = W.Dropdown(options=BYTES_PER_VALUE, value=bytes_per_value,
-                                          description="bytes per value b", style=style, layout=layout)
-        self.gpu_preset = W.Dropdown(options=[(g.name, k) for k, g in GPUS.items()] + [("custom", "custom")],
-                                     value=gpu, description="GPU", style=style, layout=layout)
-        self.unit = W.ToggleButtons(options=list(UNITS), value="GB", description="memory unit",
-                                    style={**style, "button_width": "64px"})
-        self.gpu_memory = W.BoundedFloatText(value=1.0, min=0.0, max=1e6, step=1.0, description="GPU memory",
-                                             style=style, layout=layout)
-        self.weights = W.BoundedFloatText(value=0.0, min=0.0, max=1e6, step=1.0, description="weights (fp16)",
-                                          style=style, layout=layout)
-        self.summary = W.HTML()
-        self.chart = W.HTML()
+    _module = "calculator.js"
+    _repr_traits = ("model_preset", "layers", "kv_heads", "head_dim", "tokens", "bytes_per_value",
+                    "gpu_preset", "gpu_memory", "weights", "unit")
+
+    model_preset = traitlets.Unicode("7B").tag(sync=True)
+    layers = traitlets.Int(32).tag(sync=True)
+    kv_heads = traitlets.Int(32).tag(sync=True)
+    head_dim = traitlets.Int(128).tag(sync=True)
+    weights = traitlets.Float(14.0).tag(sync=True)
+    tokens = traitlets.Int(4096).tag(sync=True)
+    bytes_per_value = traitlets.Int(2).tag(sync=True)
+    gpu_preset = traitlets.Unicode("A10").tag(sync=True)
+    gpu_memory = traitlets.Float(24.0).tag(sync=True)
+    unit = traitlets.Unicode("GB").tag(sync=True)
+    config = traitlets.Dict(read_only=True).tag(sync=True)
+
+    def __init__(self, model: str = "7B", gpu: str = "A10", n_tokens: int = 4096, bytes_per_value: int = 2,
+                 **kwargs):
+        self._applying = True
         self.result: dict = {}
+        super().__init__(model_preset=model, gpu_preset=gpu, tokens=n_tokens, bytes_per_value=bytes_per_value,
+                         **kwargs)
         self._applying = False
+        with self._applying_values():
+            self._apply_model(self.model_preset)
+            self._apply_gpu(self.gpu_preset)
+        self.observe(self._update, names=["layers", "kv_heads", "head_dim", "weights", "tokens", "bytes_per_value",
+                                          "gpu_memory", "unit"])
+        self._update()
 
-        self._apply_model(model)
-        self._apply_gpu(gpu)
-        self.model_preset.observe(lambda ch: self._apply_model(ch["new"]), names="value")
-        self.gpu_preset.observe(lambda ch: self._apply_gpu(ch["new"]), names="value")
-        self.unit.observe(self._unit_changed, names="value")
-        for w in (self.layers, self.kv_heads, self.head_dim, self.weights):
-            w.observe(self._model_field_changed, names="value")
-        self.gpu_memory.observe(self._gpu_field_changed, names="value")
-        for w in (self.tokens, self.bytes_per_value):
-            w.observe(lambda ch: self.update(), names="value")
+    @traitlets.default("config")
+    def _default_config(self) -> dict:
+        return _config()
 
-        column = W.Layout(width="330px", margin="0 6px 8px 0")
-        model_box = W.VBox([W.HTML("<b>Model</b>"), self.model_preset, self.layers, self.kv_heads, self.head_dim,
-                            self.weights], layout=column)
-        run_box = W.VBox([W.HTML("<b>Cache and GPU</b>"), self.tokens, self.bytes_per_value, self.gpu_preset,
-                          self.gpu_memory, self.unit], layout=column)
-        self.widget = W.VBox([W.HBox([model_box, run_box], layout=W.Layout(flex_flow="row wrap")),
-                              self.summary, self.chart])
-        self.update()
+    # -- what may be typed --------------------------------------------------------------------
+    @traitlets.validate("layers", "kv_heads", "head_dim", "tokens")
+    def _check_whole(self, proposal):
+        name, value = proposal["trait"].name, proposal["value"]
+        label, lo, hi = FIELDS[name]
+        if not lo <= value <= hi:
+            raise traitlets.TraitError(f"{label} must be a whole number from {lo:,} to {hi:,}, not {value!r}")
+        return value
 
-    # -- presets --------------------------------------------------------------------------
+    @traitlets.validate("weights", "gpu_memory")
+    def _check_amount(self, proposal):
+        name, value = proposal["trait"].name, proposal["value"]
+        label, lo, hi = AMOUNTS[name]
+        if not lo <= value <= hi:    # False for NaN too
+            raise traitlets.TraitError(f"{label} must be an amount from {lo:,} to {hi:,}, not {value!r}")
+        return value
+
+    @traitlets.validate("bytes_per_value")
+    def _check_bytes_per_value(self, proposal):
+        allowed = [b for _, b in BYTES_PER_VALUE]
+        if proposal["value"] not in allowed:
+            raise traitlets.TraitError(f"bytes per value must be one of {allowed}, not {proposal['value']!r}")
+        return proposal["value"]
+
+    @traitlets.validate("model_preset", "gpu_preset", "unit")
+    def _check_choice(self, proposal):
+        name, value = proposal["trait"].name, proposal["value"]
+        allowed = {"model_preset": [*MODELS, CUSTOM], "gpu_preset": [*GPUS, CUSTOM], "unit": list(UNITS)}[name]
+        if value not in allowed:
+            raise traitlets.TraitError(f"{name} must be one of {allowed}, not {value!r}")
+        return value
+
+    # -- presets (calculator.js does the same for the reader's clicks) -------------------------
     @contextmanager
     def _applying_values(self):
         """Set several fields at once: their observers neither recompute nor reset the presets
-        until the block ends (the caller then calls ``update`` once)."""
+        until the block ends, and the browser receives one message."""
+        outer = self._applying
         self._applying = True
         try:
-            yield
+            with self.hold_sync():
+                yield
         finally:
-            self._applying = False
+            self._applying = outer
 
     def _apply_model(self, key: str) -> None:
-        if key == "custom" or key not in MODELS:
+        if key not in MODELS:
             return
         m = MODELS[key]
         with self._applying_values():
-            self.layers.value, self.kv_heads.value, self.head_dim.value = m.n_layers, m.n_kv_heads, m.head_dim
-            self.weights.value = m.weight_bytes(2) / UNITS[self.unit.value]
-        self.update()
+            self.layers, self.kv_heads, self.head_dim = m.n_layers, m.n_kv_heads, m.head_dim
+            self.weights = m.weight_bytes(2) / UNITS[self.unit]
 
     def _apply_gpu(self, key: str) -> None:
-        if key == "custom" or key not in GPUS:
+        if key not in GPUS:
             return
         with self._applying_values():
-            self.gpu_memory.value = GPUS[key].memory_bytes / UNITS[self.unit.value]
-        self.update()
+            self.gpu_memory = GPUS[key].memory_bytes / UNITS[self.unit]
 
+    @traitlets.observe("model_preset")
+    def _model_preset_changed(self, change) -> None:
+        if not self._applying:
+            self._apply_model(change["new"])
+            self._update()
+
+    @traitlets.observe("gpu_preset")
+    def _gpu_preset_changed(self, change) -> None:
+        if not self._applying:
+            self._apply_gpu(change["new"])
+            self._update()
+
+    @traitlets.observe("unit")
     def _unit_changed(self, change) -> None:
         """Keep the presets' byte counts when the unit changes; custom values keep their number."""
+        if self._applying:
+            return
         with self._applying_values():
-            if self.model_preset.value in MODELS:
-                self.weights.value = MODELS[self.model_preset.value].weight_bytes(2) / UNITS[change["new"]]
-            if self.gpu_preset.value in GPUS:
-                self.gpu_memory.value = GPUS[self.gpu_preset.value].memory_bytes / UNITS[change["new"]]
-        self.update()
+            self._apply_model(self.model_preset)
+            self._apply_gpu(self.gpu_preset)
+        self._update()
 
+    @traitlets.observe("layers", "kv_heads", "head_dim", "weights")
     def _model_field_changed(self, change) -> None:
-        if self._applying:
+        m = MODELS.get(self.model_preset)
+        if self._applying or m is None:
             return
-        key = self.model_preset.value
-        if key in MODELS:
-            m = MODELS[key]
-            same = ((self.layers.value, self.kv_heads.value, self.head_dim.value) ==
-                    (m.n_layers, m.n_kv_heads, m.head_dim)
-                    and self._bytes(self.weights.value) == m.weight_bytes(2))
-            if not same:
-                with self._applying_values():
-                    self.model_preset.value = "custom"
-        self.update()
-
-    def _gpu_field_changed(self, change) -> None:
-        if self._applying:
-            return
-        key = self.gpu_preset.value
-        if key in GPUS and self._bytes(self.gpu_memory.value) != GPUS[key].memory_bytes:
+        same = ((self.layers, self.kv_heads, self.head_dim) == (m.n_layers, m.n_kv_heads, m.head_dim)
+                and to_bytes(self.weights, self.unit) == m.weight_bytes(2))
+        if not same:
             with self._applying_values():
-                self.gpu_preset.value = "custom"
-        self.update()
+                self.model_preset = CUSTOM
 
-    # -- the arithmetic and the display ---------------------------------------------------------
-    def _bytes(self, amount: float) -> int:
-        return round(amount * UNITS[self.unit.value])
+    @traitlets.observe("gpu_memory")
+    def _gpu_field_changed(self, change) -> None:
+        g = GPUS.get(self.gpu_preset)
+        if self._applying or g is None:
+            return
+        if to_bytes(self.gpu_memory, self.unit) != g.memory_bytes:
+            with self._applying_values():
+                self.gpu_preset = CUSTOM
 
-    def update(self) -> dict:
-        """Recompute ``result`` from the inputs and redraw ``summary`` and ``chart``."""
+    # -- the arithmetic ------------------------------------------------------------------------
+    def _update(self, change=None) -> dict:
+        """Recompute ``result`` from the inputs (the browser draws it from the same inputs)."""
         if self._applying:
             return self.result
-        self.result = calculate(self.layers.value, self.kv_heads.value, self.head_dim.value, self.tokens.value,
-                                self.bytes_per_value.value, self._bytes(self.gpu_memory.value),
-                                self._bytes(self.weights.value))
-        self.summary.value = _summary_html(self.result, self.tokens.value, self.unit.value)
-        self.chart.value = svg_bar(self.result)
+        self.result = calculate(self.layers, self.kv_heads, self.head_dim, self.tokens, self.bytes_per_value,
+                                to_bytes(self.gpu_memory, self.unit), to_bytes(self.weights, self.unit))
         return self.result
 
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+    def summary(self) -> list[tuple[str, str]]:
+        """The widget's table as (label, text) rows."""
+        return summary_rows(self.result, self.tokens, self.unit)
 
 
 def presets_figure(n_tokens: int = 4096, bytes_per_value: int = 2):

@@ -1,25 +1,21 @@
 """Vendor the site's JavaScript so the built course reads offline (``make vendor``).
 
-The site needs three things that Sphinx and myst-nb would otherwise load from a CDN:
+The site needs two things that Sphinx and myst-nb would otherwise load from a CDN:
 
 * MathJax 3 (npm ``mathjax``): the combined ``es5/tex-chtml.js`` component, the CHTML woff-v2
   fonts, the TeX extensions that ``autoload`` fetches on demand (``\\color``, ``\\cancel``, ...),
   and the accessibility components the MathJax menu loads when a reader turns them on.
-* RequireJS (npm ``requirejs``): ``require.js``, which the widget manager needs.
-* The ipywidgets HTML manager (npm ``@jupyter-widgets/html-manager`` 1.0.x, the line that
-  renders ipywidgets 8 state: ``@jupyter-widgets/controls`` model version 2.0.0):
-  ``dist/embed-amd.js`` and the FontAwesome font files its CSS points at.
+* The widget host (``coursebook/widgets/host.js``, the course's own file): it draws the widgets a
+  chapter saved, from their own ES modules, with no kernel.  myst-nb adds it (``nb_ipywidgets_js``
+  in ``_config.yml``) only to pages whose notebook saved widget state, in place of its CDN
+  defaults (RequireJS and the ipywidgets HTML manager, 3.7 MB that the course's widgets do not
+  need: see CONTRIBUTING.md, "Widgets").
 
-Each package is fetched once with ``npm pack`` (a single tarball: no dependency tree, no install
-scripts), checked against the pinned sha512 integrity below, and unpacked into
+Each npm package is fetched once with ``npm pack`` (a single tarball: no dependency tree, no
+install scripts), checked against the pinned sha512 integrity below, and unpacked into
 ``_build/.npm-vendor``.  The files the site needs are then copied to ``book/_static/vendor/``
-(generated, gitignored).  Running it again does nothing unless a pin or the file list changed.
-
-``vendor/jupyter-widgets/offline.js`` is written by this script (see ``OFFLINE_JS``).  It runs
-just before ``embed-amd.js`` and (1) makes the manager load its font files from the vendored
-folder, (2) points the manager's fallback "CDN" for widget modules it does not bundle at a local
-folder, so an unknown widget fails loudly (a 404 on the local server) instead of silently
-fetching code from the internet, and (3) lets the widgets' MathJax 2 calls reach MathJax 3.
+(generated, gitignored).  Running it again does nothing unless a pin, the file list or a
+course file changed.
 
 The script also makes sure the ``python3`` kernel that ``make book`` executes the chapters with
 is this virtual environment's ipykernel.
@@ -50,14 +46,6 @@ PACKAGES: dict[str, tuple[str, str]] = {
         "3.2.2",
         "sha512-Bt+SSVU8eBG27zChVewOicYs7Xsdt40qm4+UpHyX7k0/O9NliPc+x77k1/FEsPsjKPZGJvtRZM1vO+geW0OhGw==",
     ),
-    "requirejs": (
-        "2.3.8",
-        "sha512-7/cTSLOdYkNBNJcDMWf+luFvMriVm7eYxp4BcFCsAX0wF421Vyce5SXP17c+Jd5otXKGNehIonFlyQXSowL6Mw==",
-    ),
-    "@jupyter-widgets/html-manager": (
-        "1.0.15",
-        "sha512-5thBIV6ymNgmPVOHvzx+gGy8ZSKmSazhtGw4/c4xJDVzRhG9PTeQsRjF3FUTopvFi//SABeNz1yp47bCrJ3CQA==",
-    ),
 }
 
 # (package, path in the package, path under book/_static/vendor/); a path ending in "/" is a folder.
@@ -73,72 +61,12 @@ COPIES: list[tuple[str, str, str]] = [
     ("mathjax", "es5/input/mml/", "mathjax/input/mml/"),
     ("mathjax", "es5/ui/", "mathjax/ui/"),
     ("mathjax", "LICENSE", "mathjax/LICENSE"),
-    ("requirejs", "require.js", "requirejs/require.js"),  # its MIT notice is in the file header
-    ("@jupyter-widgets/html-manager", "dist/embed-amd.js", "jupyter-widgets/embed-amd.js"),
-    # the package ships no LICENSE file: package.json names it (BSD-3-Clause), and the bundled
-    # third-party notices are in embed.js.LICENSE.txt (the same bundle as embed-amd.js)
-    ("@jupyter-widgets/html-manager", "package.json", "jupyter-widgets/package.json"),
-    ("@jupyter-widgets/html-manager", "dist/embed.js.LICENSE.txt", "jupyter-widgets/THIRD-PARTY-NOTICES.txt"),
 ]
-# font files referenced by the widget manager's CSS (FontAwesome 5): every font in dist/
-WIDGET_FONT_SUFFIXES = (".woff2", ".woff", ".ttf", ".eot", ".svg")
 
-OFFLINE_JS = """\
-/* Written by tools/vendor_assets.py.  Loaded after require.js and before embed-amd.js, only on
- * pages whose notebook saved widget state.  It keeps the widget manager off the network:
- * 1. embed-amd.js derives the URL of its CSS assets (FontAwesome fonts) from the RequireJS URL
- *    of its own modules; map those modules to this folder so the fonts load from here (an
- *    absolute URL, so it works at any page depth and from file://).
- * 2. Modules it does not bundle (third-party widgets) would be looked up next to the page and
- *    then on a CDN (data-jupyter-widgets-cdn, read from the page's script tags): point both at
- *    a local folder, so an unknown widget shows up as a local 404, never as a CDN request.
- * 3. The widget views typeset their labels with the MathJax 2 API (MathJax.Hub.Queue); the site
- *    runs MathJax 3, so give MathJax 3 a small Hub.Queue that calls typesetPromise instead.
- */
-(function () {
-  var script = document.currentScript;
-  var src = script && script.src ? script.src.split("?")[0] : "";
-  var base = src.slice(0, src.lastIndexOf("/") + 1);
-  window.__jupyter_widgets_assets_path__ = base;
-  if (script) {
-    script.setAttribute("data-jupyter-widgets-cdn", base + "modules/");
-  }
-  if (window.requirejs && window.requirejs.config) {
-    window.requirejs.config({
-      baseUrl: base + "modules/",
-      paths: {
-        "@jupyter-widgets/html-manager": base + "html-manager",
-        "@jupyter-widgets/html-manager/dist/libembed-amd": base + "libembed-amd"
-      }
-    });
-  }
-  function mathjax2Shim() {
-    var mj = window.MathJax;
-    if (!mj || mj.Hub || typeof mj.typesetPromise !== "function") {
-      return;
-    }
-    mj.Hub = {
-      Queue: function () {
-        Array.prototype.forEach.call(arguments, function (job) {
-          if (!Array.isArray(job) || job[0] !== "Typeset") {
-            return;
-          }
-          var ready = mj.startup && mj.startup.promise ? mj.startup.promise : Promise.resolve();
-          ready.then(function () {
-            return mj.typesetPromise(job[2] ? [job[2]] : undefined);
-          }).catch(function (err) {
-            console.warn("MathJax could not typeset a widget label:", err);
-          });
-        });
-      }
-    };
-  }
-  // MathJax 3 is loaded with "defer": its global object exists by DOMContentLoaded, and the
-  // widgets render on "load", after this listener has run.
-  document.addEventListener("DOMContentLoaded", mathjax2Shim);
-  window.addEventListener("load", mathjax2Shim);
-})();
-"""
+# The course's own files the site loads: (file in the repository, path under book/_static/vendor/).
+COURSE_FILES: list[tuple[str, str]] = [
+    ("coursebook/widgets/host.js", "widgets/host.js"),
+]
 
 
 class VendorError(RuntimeError):
@@ -161,7 +89,7 @@ def _npm() -> str:
     npm = shutil.which("npm")
     if npm is None:
         raise VendorError(
-            "npm is not installed (or not on PATH). The site vendors MathJax and the widget manager "
+            "npm is not installed (or not on PATH). The site vendors MathJax "
             "from the npm registry so it reads offline; install Node.js and npm "
             "(Debian: apt-get install nodejs npm) and run 'make vendor' again.")
     return npm
@@ -233,10 +161,8 @@ def _plan() -> list[tuple[Path, Path]]:
             if not source.is_file():
                 raise VendorError(f"{package}: expected a file {src} in the package")
             pairs.append((source, DEST / dst))
-    dist = roots["@jupyter-widgets/html-manager"] / "dist"
-    for f in sorted(dist.iterdir()):
-        if f.suffix in WIDGET_FONT_SUFFIXES:
-            pairs.append((f, DEST / "jupyter-widgets" / f.name))
+    for src, dst in COURSE_FILES:
+        pairs.append((ROOT / src, DEST / dst))
     return pairs
 
 
@@ -244,7 +170,7 @@ def _wanted_stamp() -> dict:
     return {
         "packages": {name: list(pin) for name, pin in PACKAGES.items()},
         "copies": [list(c) for c in COPIES],
-        "offline_js": hashlib.sha256(OFFLINE_JS.encode()).hexdigest(),
+        "course_files": {src: hashlib.sha256((ROOT / src).read_bytes()).hexdigest() for src, _ in COURSE_FILES},
     }
 
 
@@ -269,9 +195,7 @@ def vendor() -> None:
     for source, target in pairs:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    offline = DEST / "jupyter-widgets" / "offline.js"
-    offline.write_text(OFFLINE_JS)
-    files = sorted(str(t.relative_to(DEST)) for _, t in pairs) + [str(offline.relative_to(DEST))]
+    files = sorted(str(t.relative_to(DEST)) for _, t in pairs)
     STAMP.write_text(json.dumps({"wanted": _wanted_stamp(), "files": files}, indent=1) + "\n")
     size = sum((DEST / f).stat().st_size for f in files)
     _log(f"copied {len(files)} files ({size / 2**20:.1f} MiB) into {DEST.relative_to(ROOT)}: "

@@ -239,3 +239,21 @@ def test_a_gradebook_cell_is_never_a_spreadsheet_formula(tmp_path):
     import csv
     rows = list(csv.DictReader(open(tmp_path / "gb.csv", newline="")))
     assert rows[0]["submission"] == "'=HYPERLINK(1) kv_cache_bytes.py"
+
+
+@pytest.mark.parametrize("isolation", ["bwrap", "subprocess"])
+def test_a_grader_started_from_another_folder_by_a_relative_interpreter_path(tmp_path, isolation):
+    # ``cd tests && ../.venv/bin/python -m graders grade ...``: the sandbox has only the
+    # installation's folders, so the interpreter must be named by its normalized path there.
+    sub = tmp_path / "attend_step.py"
+    sub.write_text(GOOD["attend_step"])
+    out = tmp_path / "results.json"
+    here = ROOT / "tests" / "graders"
+    python = os.path.relpath(os.path.normpath(os.path.abspath(PYTHON)), here)
+    assert python.startswith("..")
+    proc = subprocess.run([python, "-m", "graders", "grade", str(sub), "--json", str(out),
+                           "--isolation", isolation], cwd=here, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["status"] == "ok" and result["score"] == result["max_score"], result["output"]

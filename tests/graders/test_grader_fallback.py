@@ -184,24 +184,40 @@ for filename, exercise, mark in json.loads(sys.argv[1]):
 print(json.dumps(out))
 """
 
-# Run as another user, who must reach this interpreter: in a private mount namespace, the first
-# folder on its path that others cannot search is covered with a tmpfs and the installation bound
-# back (this machine's Python lives under /root, which only root may search).
+# Run as another user, who must reach this interpreter and this checkout: in a private mount
+# namespace, every folder on their paths that others cannot search (this machine's Python lives
+# under /root, which only root may search; a checkout cloned into a mktemp -d folder is itself of
+# mode 0700) is covered with a searchable tmpfs holding its entries bound back.
 AS_USER = r"""
-import os, sys
+import os, stat, sys
 from graders.supervisor import MS_BIND, MS_PRIVATE, MS_REC, _libc, _mount
 ctypes, libc = _libc()
 _mount(libc, ctypes, None, "/", None, MS_REC | MS_PRIVATE)
-prefix = os.path.realpath(sys.base_prefix)
-parts = prefix.split("/")
-for k in range(2, len(parts)):
-    folder = "/".join(parts[:k])
-    if not os.stat(folder).st_mode & 0o001:
-        fd = os.open(prefix, os.O_PATH)
-        _mount(libc, ctypes, "tmpfs", folder, "tmpfs", 0, "mode=0755")
-        os.makedirs(prefix, 0o755, exist_ok=True)
-        _mount(libc, ctypes, f"/proc/self/fd/{fd}", prefix, None, MS_BIND | MS_REC)
-        break
+
+def open_up(folder):
+    entries = {}
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode):
+            entries[name] = ("link", os.readlink(path))
+        elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+            entries[name] = ("dir" if stat.S_ISDIR(mode) else "file", os.open(path, os.O_PATH))
+    _mount(libc, ctypes, "tmpfs", folder, "tmpfs", 0, "mode=0755")
+    for name, (kind, what) in entries.items():
+        path = os.path.join(folder, name)
+        if kind == "link":
+            os.symlink(what, path)
+            continue
+        os.mkdir(path) if kind == "dir" else open(path, "w").close()
+        _mount(libc, ctypes, f"/proc/self/fd/{what}", path, None, MS_BIND | MS_REC)
+
+for target in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, os.getcwd())}):
+    parts = target.split("/")
+    for k in range(2, len(parts) + 1):
+        folder = "/".join(parts[:k])
+        if not os.stat(folder).st_mode & 0o001:
+            open_up(folder)
 uid = int(sys.argv[1])
 os.setgroups([])
 os.setresgid(uid, uid, uid)

@@ -93,3 +93,20 @@ def browser():
 def screenshots() -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS
+
+
+@pytest.fixture(scope="session")
+def scratch_site(tmp_path_factory):
+    """(folder, url): a folder of pages the tests write (coursebook.widgets.save_page), served on
+    loopback like the built site, for widgets that no chapter shows yet."""
+    folder = tmp_path_factory.mktemp("widget-pages")
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="scratch-server", daemon=True)
+    thread.start()
+    try:
+        yield folder, f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -8,12 +8,18 @@ test loads the page from a loopback server and checks what a learner would see:
 * every ``<img>`` loaded (``naturalWidth > 0``);
 * every local ``href``/``src`` resolves to a file (HTTP 200), and a link's ``#fragment`` names an
   element of the page it points to;
-* widget views render where the notebook saved widget state;
+* widget views render where the notebook saved widget state, and every control inside a cell
+  output responds: changed once the way a reader would (``controls.exercise_controls``), it
+  redraws something else in its output, and nothing then says NaN;
 * the console shows no errors, no request failed, and no request left the loopback server (each
   is blocked and reported): the site reads offline;
-* MathJax is only on pages with math, RequireJS and the widget manager only on pages with widgets.
+* MathJax is only on pages with math; the widget host (``_static/vendor/widgets/host.js``) only
+  on pages with widgets, and it is the only widget script any page loads: pages without a widget
+  load zero bytes of widget JavaScript.  The bytes a widget page adds (the host and the modules
+  in its saved state) are printed.
 
-A full-page screenshot of each page is kept in ``_build/screenshots/<page>.png``.
+A full-page screenshot of each page is kept in ``_build/screenshots/<page>.png`` (and, for a page
+with controls, ``<page>__controls.png`` after every control was changed).
 """
 from __future__ import annotations
 
@@ -28,11 +34,14 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 import yaml
 
+from controls import exercise_controls
+
 # The book to test: this repository, or another checkout of it (KVCOURSE_BOOK_ROOT).
 ROOT = Path(os.environ.get("KVCOURSE_BOOK_ROOT") or Path(__file__).resolve().parents[2])
 EXTRA_PAGES = ["search.html", "genindex.html"]
 LOAD_TIMEOUT_MS = 30_000
 WIDGET_TIMEOUT_MS = 20_000
+WIDGET_HOST = "_static/vendor/widgets/host.js"
 
 # TeX left in the visible text means MathJax did not typeset it.
 RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\(?:frac|sqrt|sum|prod|mathrm|mathbf|text|cdot|"
@@ -164,19 +173,30 @@ COLLECT_JS = r"""
 }
 """
 
-# Views whose model is in the saved state; resolves once each has a rendered widget beside it.
+# Widget views and what the host made of them (coursebook/widgets/host.js marks each one ready
+# or failed); the bytes of the modules and style sheets the saved state carries.
 WIDGETS_JS = r"""
 () => {
   const stateEl = document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]');
-  if (!stateEl) return {expected: 0, rendered: 0};
-  const state = JSON.parse(stateEl.textContent).state || {};
-  const views = Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'))
-    .filter(s => { try { return JSON.parse(s.textContent).model_id in state; } catch (e) { return false; } });
-  const rendered = views.filter(s => {
-    const area = s.previousElementSibling;
-    return area && area.classList.contains('widget-subarea') && area.querySelector('.jupyter-widgets');
-  });
-  return {expected: views.length, rendered: rendered.length};
+  const views = Array.from(document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]'));
+  const hosts = views.map(s => s.previousElementSibling).filter(el => el && el.classList.contains('cw-host'));
+  let esm = 0, css = 0;
+  if (stateEl) {
+    for (const entry of Object.values(JSON.parse(stateEl.textContent).state || {})) {
+      esm += new TextEncoder().encode((entry.state || {})._esm || '').length;
+      css += new TextEncoder().encode((entry.state || {})._css || '').length;
+    }
+  }
+  return {
+    expected: views.length,
+    rendered: hosts.filter(el => el.hasAttribute('data-widget-ready')).length,
+    failed: hosts.filter(el => el.hasAttribute('data-widget-error'))
+                 .map(el => `${el.getAttribute('data-widget-model')}: ${el.getAttribute('data-widget-error')}`),
+    done: document.documentElement.hasAttribute('data-widgets-ready'),
+    stateBytes: stateEl ? new TextEncoder().encode(stateEl.textContent).length : 0,
+    esmBytes: esm,
+    cssBytes: css,
+  };
 }
 """
 
@@ -226,6 +246,8 @@ def test_page(page_path, site, base_url, browser, screenshots):
         f"request failed: {req.url} ({req.failure})"))
     page.on("response", lambda resp: resp.status >= 400 and problems.append(
         f"HTTP {resp.status}: {resp.url}"))
+    scripts_loaded: list[str] = []
+    page.on("request", lambda req: req.resource_type == "script" and scripts_loaded.append(req.url))
     page.on("websocket", lambda ws: offsite.append(ws.url))
 
     try:
@@ -233,11 +255,10 @@ def test_page(page_path, site, base_url, browser, screenshots):
         has_mathjax = page.evaluate(
             "() => (window.MathJax && MathJax.startup && MathJax.startup.promise)"
             " ? MathJax.startup.promise.then(() => true) : false")
-        if page.locator('script[type="application/vnd.jupyter.widget-state+json"]').count():
+        if page.locator('script[type="application/vnd.jupyter.widget-view+json"]').count():
             try:
-                page.wait_for_function(
-                    f"() => {{ const r = ({WIDGETS_JS})(); return r.rendered >= r.expected; }}",
-                    timeout=WIDGET_TIMEOUT_MS)
+                page.wait_for_function("() => document.documentElement.hasAttribute('data-widgets-ready')",
+                                       timeout=WIDGET_TIMEOUT_MS)
             except Exception:  # reported below with the counts
                 pass
         page.evaluate(IMAGES_JS)
@@ -248,6 +269,12 @@ def test_page(page_path, site, base_url, browser, screenshots):
         page.screenshot(path=str(screenshots / screenshot_name(page_path)), full_page=True)
         info = page.evaluate(COLLECT_JS)
         widgets = page.evaluate(WIDGETS_JS)
+        exercised = exercise_controls(page)
+        after = screenshots / screenshot_name(page_path).replace(".png", "__controls.png")
+        if exercised["controls"]:
+            page.screenshot(path=str(after), full_page=True)
+        else:
+            after.unlink(missing_ok=True)
     finally:
         page.close()
 
@@ -267,13 +294,30 @@ def test_page(page_path, site, base_url, browser, screenshots):
     if raw:
         problems.append(f"raw TeX in the page text (not typeset): {raw}")
 
-    # widgets
-    widget_scripts = [s for s in info["scripts"] if "requirejs" in s or "jupyter-widgets" in s]
-    if info["widgetState"]:
-        if widgets["rendered"] < widgets["expected"] or not widgets["expected"]:
-            problems.append(f"widgets: {widgets['rendered']} of {widgets['expected']} views rendered")
-    elif widget_scripts:
-        problems.append(f"widget scripts on a page without widget state: {widget_scripts}")
+    # widgets: drawn by the host alone, only where a notebook saved some, and every control alive
+    widget_scripts = sorted({urlsplit(u).path for u in scripts_loaded
+                             if re.search(r"widget|require|jupyter|anywidget", urlsplit(u).path, re.I)})
+    host_path = "/" + WIDGET_HOST
+    if info["widgetState"] or widgets["expected"]:
+        if not widgets["expected"] or widgets["rendered"] < widgets["expected"]:
+            problems.append(f"widgets: {widgets['rendered']} of {widgets['expected']} views rendered "
+                            f"(failed: {widgets['failed']})")
+        if widget_scripts != [host_path]:
+            problems.append(f"a widget page should load the widget host and no other widget script: {widget_scripts}")
+        host_bytes = (site / WIDGET_HOST).stat().st_size
+        print(f"{page_path}: {widgets['expected']} widget view(s); widget JavaScript {host_bytes + widgets['esmBytes']:,} "
+              f"bytes (host {host_bytes:,}, modules in the saved state {widgets['esmBytes']:,}); style sheets "
+              f"{widgets['cssBytes']:,} bytes; saved state {widgets['stateBytes']:,} bytes")
+    else:
+        if widget_scripts or any("widgets/host.js" in s for s in info["scripts"]):
+            problems.append(f"widget scripts on a page without widgets: {widget_scripts}")
+        print(f"{page_path}: no widget, 0 bytes of widget JavaScript")
+    for name in exercised["dead"]:
+        problems.append(f"dead control: {name}")
+    for name in exercised["bad_text"]:
+        problems.append(f"control: {name}")
+    if exercised["controls"]:
+        print(f"{page_path}: {len(exercised['controls'])} controls changed:\n  " + "\n  ".join(exercised["controls"]))
 
     # images
     for img in info["images"]:

@@ -1,0 +1,189 @@
+"""Chapter 3's calculator live in JupyterLab: the same module as on the site, with a kernel behind it.
+
+The test starts JupyterLab headless from this environment (no token, a free loopback port, a
+temporary root folder holding a copy of the chapter, settings and workspaces in a temporary
+folder, news and update checks off), opens the chapter in Chromium, runs every cell, and then:
+
+* types into the widget and reads the widget's new table;
+* asks the kernel what ``calc`` holds: the typed value reached Python and ``calc.result``
+  (kvcache.memory) agrees with the page;
+* sets a trait from the kernel (as a notebook cell does) and sees the widget redraw;
+* types bad input: the widget says why, and Python keeps the last valid value.
+
+No request may leave the loopback server and the console must stay free of errors, as on the
+site.  It takes about 20 s here (JupyterLab's start and the chapter's cells).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kvcache.memory import kv_cache_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTER = ROOT / "book" / "chapters" / "03_cache_memory.ipynb"
+START_TIMEOUT_S = 60
+TIMEOUT_MS = 90_000
+
+KERNEL_RUN_JS = r"""
+async (code) => {
+  const kernel = jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+  const future = kernel.requestExecute({code});
+  let text = '';
+  future.onIOPub = msg => {
+    if (msg.header.msg_type === 'stream') text += msg.content.text;
+    if (msg.header.msg_type === 'error') text += 'ERROR ' + msg.content.ename + ': ' + msg.content.evalue;
+  };
+  await future.done;
+  return text;
+}
+"""
+
+ALL_RAN_JS = r"""
+() => {
+  const panel = jupyterapp.shell.currentWidget;
+  const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
+  const cells = panel.content.widgets.filter(c => c.model.type === 'code');
+  return kernel && kernel.status === 'idle' && cells.length > 0 && cells.every(c => c.model.executionCount !== null);
+}
+"""
+
+ERRORS_JS = r"""
+() => jupyterapp.shell.currentWidget.content.widgets
+  .filter(c => c.model.type === 'code')
+  .flatMap(c => { const out = []; for (let i = 0; i < c.model.outputs.length; i++) out.push(c.model.outputs.get(i).toJSON()); return out; })
+  .filter(o => o.output_type === 'error').map(o => `${o.ename}: ${o.evalue}`)
+"""
+
+TABLE_JS = r"""
+() => Object.fromEntries(Array.from(document.querySelectorAll('.kv-calculator-widget tr[data-row]'))
+  .map(tr => [tr.cells[0].textContent, tr.cells[1].textContent]))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """(base URL, log path) of a JupyterLab serving a copy of chapter 3; stopped afterwards."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(CHAPTER, root / CHAPTER.name)
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
+                                                                           "checkForUpdates": False}))
+    env = dict(os.environ,
+               JUPYTER_PATH=str(Path(sys.prefix) / "share" / "jupyter"),  # this environment's kernel first
+               JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+               IPYTHONDIR=str(tmp_path / "ipython"))
+    env.pop("MPLBACKEND", None)
+    port = free_port()
+    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.token=",
+               "--ServerApp.password=", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-root")
+    log = tmp_path / "jupyterlab.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
+            try:
+                urllib.request.urlopen(base + "api/status", timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not answer in {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}",
+                                pytrace=False)
+                time.sleep(0.3)
+        yield base, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_calculator_works_in_jupyterlab(lab, browser, screenshots):
+    base, log = lab
+    problems: list[str] = []
+    page = browser.new_page()
+
+    def route(route_):
+        url = route_.request.url
+        if url.startswith(base) or url.startswith(("data:", "blob:")):
+            route_.continue_()
+        else:
+            problems.append(f"request that left 127.0.0.1 (blocked): {url}")
+            route_.abort("blockedbyclient")
+
+    page.route("**/*", route)
+    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console error: {msg.text}"))
+    page.on("pageerror", lambda err: problems.append(f"uncaught error: {err}"))
+    try:
+        page.goto(base + f"lab/tree/{CHAPTER.name}", wait_until="load", timeout=TIMEOUT_MS)
+        page.wait_for_function("() => window.jupyterapp && jupyterapp.shell.currentWidget && "
+                               "jupyterapp.shell.currentWidget.sessionContext && "
+                               "jupyterapp.shell.currentWidget.sessionContext.session && "
+                               "jupyterapp.shell.currentWidget.sessionContext.session.kernel", timeout=TIMEOUT_MS)
+        page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.ready")
+        page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function(ALL_RAN_JS, timeout=TIMEOUT_MS)
+        assert page.evaluate(ERRORS_JS) == [], "a cell of the chapter failed in JupyterLab"
+        widget = page.locator(".kv-calculator-widget")
+        widget.wait_for(timeout=TIMEOUT_MS)
+        widget.scroll_into_view_if_needed()
+        # the chapter left the calculator on its example
+        assert page.evaluate(TABLE_JS)["sequences that fit (batch)"] == "4"
+
+        # the reader types: the widget redraws, and the value reaches Python
+        widget.locator('[data-control="layers"]').fill("80")
+        page.wait_for_function("() => document.querySelector('.kv-calculator-widget tr[data-row]')"
+                               ".cells[1].textContent.startsWith('1,310,720')", timeout=10_000)
+        per_token = kv_cache_bytes(80, 32, 128, 1, 2)
+        assert page.evaluate(TABLE_JS)["cache per token"] == f"{per_token:,} bytes (1.25 MiB)"
+        said = page.evaluate(KERNEL_RUN_JS, "print(calc.layers, calc.model_preset, calc.result['bytes_per_token'],"
+                                            " calc.result['max_batch'])")
+        assert said.split() == ["80", "custom", str(per_token), "1"], said
+
+        # a notebook cell sets a trait: the widget redraws
+        said = page.evaluate(KERNEL_RUN_JS, "calc.model_preset = '70B-GQA'; print(calc.kv_heads)")
+        assert said.strip() == "8", said
+        page.wait_for_function("() => document.querySelector('.kv-calculator-widget [data-control=\"kv_heads\"]')"
+                               ".value === '8'", timeout=10_000)
+        assert page.evaluate(TABLE_JS)["sequences that fit (batch)"] == "0: the weights alone do not fit in this GPU"
+
+        # bad input: a message in the widget; Python keeps the last valid value
+        widget.locator('[data-control="tokens"]').fill("-1")
+        assert "tokens T cannot be negative" in widget.locator(".cw-message").text_content()
+        said = page.evaluate(KERNEL_RUN_JS, "print(calc.tokens)")
+        assert said.strip() == "4096", said
+        page.screenshot(path=str(screenshots / "jupyterlab__03_cache_memory.png"))
+        page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    finally:
+        page.close()
+    assert not problems, "\n".join(problems) + f"\n(JupyterLab's log: {log})"
