@@ -107,8 +107,8 @@ class Calibration:
         return self.step_seconds + flops / self.product_rate + scores * self.score_seconds
 
     def sentence(self) -> str:
-        return (f"matrix products at {self.product_rate / 1e9:.1f} GFLOP/s, {self.score_seconds * 1e9:.2f} ns per "
-                f"attention score, {self.step_seconds * 1e3:.2f} ms of fixed cost per decode step")
+        return (f"products {self.product_rate / 1e9:.1f} GFLOP/s, {self.score_seconds * 1e9:.2f} ns per score, "
+                f"{self.step_seconds * 1e3:.2f} ms fixed per step")
 
 
 def calibrate(model, tokens=CALIBRATION_TOKENS, repeats: int = 3, seed: int = 0) -> Calibration:

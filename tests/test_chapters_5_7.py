@@ -68,7 +68,7 @@ EXACT_CH7 = {
     "ch7_prefill_saved": f"{2 * recompute_flops(12) / 1e6:.1f}",
     "ch7_speedup_128": f"{recompute_flops(128) / cached_flops(128):.1f}",
     "ch7_speedup_512": f"{recompute_flops(512) / cached_flops(512):.1f}",
-    "ch7_speedup_2048": f"{recompute_flops(2048) / cached_flops(2048):.0f}",
+    "ch7_speedup_2048": f"{recompute_flops(2048) / cached_flops(2048):,.0f}",
     "ch7_q3_0": "-6.0, -10.0", "ch7_q3_1": "-1.50, -1.25",
 }
 
@@ -200,7 +200,7 @@ def test_ch7_measurement_is_reported(ch7):
     for key in ("ch7_meas_small", "ch7_meas_large", "ch7_cached_small_ms", "ch7_cached_large_ms", "ch7_fixed_ms"):
         assert math.isfinite(number(g[key])) and number(g[key]) > 0, key
     assert int(g["ch7_meas_small_n"]) == 16 and number(g["ch7_meas_large_n"]) in (64, 128, 256, 512, 1024, 2048, 4096)
-    assert g["ch7_pred_large"] == f"{recompute_flops(int(number(g['ch7_meas_large_n']))) / cached_flops(int(number(g['ch7_meas_large_n']))):.0f}"
+    assert g["ch7_pred_large"] == f"{recompute_flops(int(number(g['ch7_meas_large_n']))) / cached_flops(int(number(g['ch7_meas_large_n']))):,.0f}"
     assert g["ch7_plan"].startswith("Contexts from 16 to")
     assert "predicted by the FLOPs" in g["ch7_meas_sentence"]
 
