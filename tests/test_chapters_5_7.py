@@ -464,3 +464,36 @@ def test_public_check_data_agree_with_the_engine():
             engine.reorder(case["beam_idx"])
             for i in range(len(case["beam_idx"])):
                 assert np.array_equal(engine.keys(i), want["k"][i]) and np.array_equal(engine.values(i), want["v"][i])
+
+
+# ---------------------------------------------------------------- the diagrams' helpers
+
+
+def test_beam_histories_follow_the_parents():
+    from coursebook.engine_figures import beam_histories
+    trace = [{"parents": [0, 0], "tokens": [5, 6]}, {"parents": [1, 1], "tokens": [7, 8]},
+             {"parents": [0, 1], "tokens": [9, 3]}]
+    assert beam_histories(trace) == [[[5], [6]], [[6, 7], [6, 8]], [[6, 7, 9], [6, 8, 3]]]
+
+
+def test_the_diagrams_draw_what_they_are_given():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from coursebook.engine_figures import draw_beam_tree, draw_cache_rows, draw_padding
+
+    fig, (a, b, c) = plt.subplots(1, 3)
+    draw_cache_rows(a, [3, 5], [2, 0], 9, title="rows", finished=[True, False])
+    assert [t.get_text() for t in a.get_yticklabels()] == ["sequence 1", "sequence 0"]
+    assert [t.get_text() for t in a.texts] == ["EOS"] and a.get_xlim() == (0, 9)
+    draw_padding(b, [2, 4, 1])
+    assert [t.get_text() for t in b.get_legend().get_texts()] == ["prompt tokens", "padding"]
+    # a best hypothesis that finished at EOS after two tokens, the search going on to four
+    trace = [{"parents": [0, 0], "tokens": [5, 6], "finished": []},
+             {"parents": [0, 1], "tokens": [7, 8], "finished": [-1.0]},
+             {"parents": [0, 1], "tokens": [1, 2], "finished": [-1.0]},
+             {"parents": [0, 1], "tokens": [3, 4], "finished": [-1.0, -2.0]}]
+    draw_beam_tree(c, trace, best=[5, 9], max_new_tokens=4)
+    labels = [t.get_text() for t in c.texts]
+    assert "9" in labels and "prompt" in labels and "3" not in labels     # the last step: all end
+    plt.close(fig)
