@@ -12,10 +12,11 @@ UNUSED = "0.85"
 PADDING = "tab:red"
 
 
-def draw_cache_rows(ax, prompt_lengths, generated, max_len: int, title: str = "", finished=None) -> None:
+def draw_cache_rows(ax, prompt_lengths, generated, max_len: int, title: str = "", finished=None,
+                    labels=None) -> None:
     """One bar per sequence over the cache's L_max positions: the prompt's positions, the generated
     ones, and the rest of the row, allocated and never used.  ``finished[b]`` true marks a row
-    that stopped at EOS."""
+    that stopped at EOS; ``labels`` names the rows (default "sequence b")."""
     n = len(prompt_lengths)
     for b, (p, g) in enumerate(zip(prompt_lengths, generated)):
         y = n - 1 - b
@@ -26,7 +27,8 @@ def draw_cache_rows(ax, prompt_lengths, generated, max_len: int, title: str = ""
                 label="allocated, unused" if b == 0 else None)
         if finished is not None and finished[b]:
             ax.text(p + g + max_len * 0.01, y, "EOS", va="center", fontsize=8)
-    ax.set_yticks(range(n), [f"sequence {b}" for b in reversed(range(n))])
+    labels = [f"sequence {b}" for b in range(n)] if labels is None else list(labels)
+    ax.set_yticks(range(n), list(reversed(labels)))
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize=8)
     ax.set_xlim(0, max_len)
     ax.set_xlabel(f"position in the cache (L_max = {max_len:,})")
