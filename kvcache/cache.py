@@ -36,7 +36,7 @@ from .cache_dtypes import CacheDtype, cache_dtype
 from .gqa import attend_new_tokens, decode_attention
 
 __all__ = ["CacheFullError", "LayerCache", "ContiguousLayerCache", "KVCache",
-           "CACHE_KINDS", "register_cache", "new_cache"]
+           "CACHE_KINDS", "register_cache", "new_cache", "reorder_cache"]
 
 
 class CacheFullError(ValueError):
@@ -385,3 +385,18 @@ def new_cache(kind: str, **kwargs) -> KVCache:
     if unknown and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
         raise TypeError(f"cache layout {kind!r} takes no option {', '.join(map(repr, unknown))}")
     return factory(**kwargs)
+
+
+# ---------------------------------------------------------------------- the plain form
+
+
+def reorder_cache(cache: list[dict], beam_idx) -> list[dict]:
+    """``KVCache.reorder`` on the plain form (``KVCache.as_dicts``, chapter 7's exercise): a new
+    list of {"k", "v"} whose row i is a copy of old row beam_idx[i], in every layer.
+
+    cache: one {"k": (B, G, T, d), "v": (B, G, T, d)} per layer; beam_idx: (B',) indices in
+    0 .. B - 1, repeats allowed  ->  (B', G, T, d) arrays of the same dtype.  Indexing with an
+    integer array copies, so no row shares memory with another or with the input.
+    """
+    idx = _as_index(beam_idx, len(cache[0]["k"]) if cache else 0, "beam index")
+    return [{"k": layer["k"][idx], "v": layer["v"][idx]} for layer in cache]

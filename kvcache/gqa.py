@@ -11,7 +11,8 @@ V (t, d) of its head group::
   it) against everything cached for it, causally: the query at position p sees keys 0 .. p.
 * ``decode_attention``: one new token for each of B sequences, each against its own first
   ``lengths[b]`` cached positions of a shared [B, G, L, d] buffer.  Positions beyond a sequence's
-  length are masked out of the softmax.
+  length are masked out of the softmax.  ``batched_decode_step`` is the same step for buffers
+  that may hold anything beyond a length, NaN included (chapter 5's exercise).
 
 Both compute in the dtype of their inputs (float32 or float64) and return new arrays.
 """
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["causal_attention", "attend_new_tokens", "decode_attention", "softmax_inplace"]
+__all__ = ["causal_attention", "attend_new_tokens", "decode_attention", "batched_decode_step",
+           "softmax_inplace"]
 
 # Queries per block in attend_new_tokens: bounds the (H, n, t) score matrix of a long prompt.
 QUERY_BLOCK = 512
@@ -99,3 +101,15 @@ def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths: np.nd
     p = softmax_inplace(s)
     o = V.transpose(0, 1, 3, 2) @ p.transpose(0, 1, 3, 2)   # (B, G, d, T) @ (B, G, T, r) -> (B, G, d, r)
     return o.transpose(0, 1, 3, 2).reshape(B, H, d)
+
+
+def batched_decode_step(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths) -> np.ndarray:
+    """``decode_attention`` for buffers that may hold anything beyond a length, NaN and
+    infinities included: q (B, H, d), K, V (B, G, T, d), lengths (B,)  ->  (B, H, d).
+
+    A masked score gets a weight of exactly 0, but 0 * NaN is NaN: the positions beyond each
+    length are replaced by zeros (in new arrays) before the products.  The inputs are not modified.
+    """
+    lengths = np.asarray(lengths)
+    beyond = (np.arange(K.shape[2])[None, :] >= lengths[:, None])[:, None, :, None]   # (B, 1, T, 1)
+    return decode_attention(q, np.where(beyond, 0, K), np.where(beyond, 0, V), lengths)

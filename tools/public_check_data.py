@@ -129,6 +129,31 @@ def ref_prefill_time(n_tokens, n_params, flops) -> float:
     return float(Fraction(n_tokens) * 2 * Fraction(n_params) / Fraction(flops))
 
 
+def ref_batched_decode(q, K, V, lengths, *, kv_head=None, scale=True, all_positions=False) -> list:
+    """out[b][h]: sequence b's query head h over the first lengths[b] positions of its key/value
+    head h // (H / G) (``kv_head(h, H, G)`` for a mistake), scores over sqrt(d) unless ``scale`` is
+    false, every position when ``all_positions``."""
+    B, H, d = len(q), len(q[0]), len(q[0][0])
+    G, L = len(K[0]), len(K[0][0])
+    pick = kv_head or (lambda h, H, G: h // (H // G))
+    out = []
+    for b in range(B):
+        n = L if all_positions else int(lengths[b])
+        rows = []
+        for h in range(H):
+            g = pick(h, H, G)
+            s = [_dot(q[b][h], K[b][g][j]) / (math.sqrt(d) if scale else 1.0) for j in range(n)]
+            w = ref_softmax_row(s)
+            rows.append([math.fsum(w[j] * float(V[b][g][j][c]) for j in range(n)) for c in range(d)])
+        out.append(rows)
+    return out
+
+
+def ref_reorder(cache, beam_idx) -> list:
+    """new[layer][name][i] = old[layer][name][beam_idx[i]], as nested lists."""
+    return [{name: [layer[name][int(i)] for i in beam_idx] for name in ("k", "v")} for layer in cache]
+
+
 # ---------------------------------------------------------------- the stored cases
 
 
@@ -510,12 +535,63 @@ def block_allocator_data() -> dict:
     ]}
 
 
+def _batched_case(q, K, V, lengths, mistakes=True) -> dict:
+    case = {"q": q, "K": K, "V": V, "lengths": lengths, "expected": ref_batched_decode(q, K, V, lengths)}
+    if mistakes:
+        case["mistakes"] = {
+            "all_positions": ref_batched_decode(q, K, V, lengths, all_positions=True),
+            "h_mod_G": ref_batched_decode(q, K, V, lengths, kv_head=lambda h, H, G: h % G),
+            "no_scale": ref_batched_decode(q, K, V, lengths, scale=False)}
+    return case
+
+
+def batched_decode_step_data() -> dict:
+    rng = np.random.default_rng(51)
+    shapes = {"q": _normal(rng, (2, 4, 3)), "K": _normal(rng, (2, 2, 5, 3)), "V": _normal(rng, (2, 2, 5, 3)),
+              "lengths": [3, 5]}
+    # one key/value head shared by two query heads; sequence 0 holds one position, sequence 1 three
+    by_hand = _batched_case(
+        q=[[[1.0, 0.0], [0.0, 1.0]], [[1.0, 1.0], [0.0, 2.0]]],
+        K=[[[[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]], [[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]]],
+        V=[[[[1.0, 2.0], [0.0, 0.0], [0.0, 0.0]]], [[[1.0, 0.0], [0.0, 2.0], [1.0, 2.0]]]],
+        lengths=[1, 3])
+    rng = np.random.default_rng(52)
+    grouped = _batched_case(_normal(rng, (3, 6, 4)), _normal(rng, (3, 2, 7, 4)), _normal(rng, (3, 2, 7, 4)),
+                            [2, 7, 4])
+    return {"shapes": shapes, "by_hand": by_hand, "grouped": grouped}
+
+
+def _integer_cache(rng, n_layers, B, G, T, d) -> list:
+    """Small whole numbers, so that a printed row says which old row it came from."""
+    return [{name: rng.integers(-9, 10, size=(B, G, T, d)).astype(float).tolist() for name in ("k", "v")}
+            for _ in range(n_layers)]
+
+
+def reorder_cache_data() -> dict:
+    rng = np.random.default_rng(71)
+    small = _integer_cache(rng, 2, 3, 1, 2, 2)
+    rng = np.random.default_rng(72)
+    perm = _integer_cache(rng, 2, 4, 2, 3, 2)
+    perm_idx = [1, 3, 0, 2]
+    inverse = [perm_idx.index(i) for i in range(len(perm_idx))]
+    rng = np.random.default_rng(73)
+    one = _integer_cache(rng, 3, 1, 2, 4, 2)
+    return {
+        "repeats": {"cache": small, "beam_idx": [2, 0, 0], "expected": ref_reorder(small, [2, 0, 0])},
+        "permutation": {"cache": perm, "beam_idx": perm_idx, "expected": ref_reorder(perm, perm_idx),
+                        "mistakes": {"inverse": ref_reorder(perm, inverse)}},
+        "expand": {"cache": one, "beam_idx": [0, 0, 0, 0], "expected": ref_reorder(one, [0, 0, 0, 0])},
+    }
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
     "arithmetic_intensity": arithmetic_intensity_data, "time_per_token": time_per_token_data,
-    "prefill_time": prefill_time_data, "blocked_decode": blocked_decode_data, "requant": requant_data,
-    "attention_tail": attention_tail_data, "mutants": mutants_data, "BlockAllocator": block_allocator_data,
+    "prefill_time": prefill_time_data, "batched_decode_step": batched_decode_step_data,
+    "BlockAllocator": block_allocator_data, "reorder_cache": reorder_cache_data,
+    "blocked_decode": blocked_decode_data, "requant": requant_data,
+    "attention_tail": attention_tail_data, "mutants": mutants_data,
 }
 
 
