@@ -9,8 +9,8 @@ what defines the answer, top to bottom, in cell order:
 - ``def`` and ``class`` statements, with their decorators;
 - simple top-level assignments: constants (``EPS = 1e-12``, ``SCALE = np.sqrt(2)``), aliases
   (``softmax = my_softmax``) and, for the names the exercise asks for, anything; a constant that
-  calls a module (``P = ga2.attn.rq_params(ex)``) is left undefined, not fatal, when that module
-  is missing in the sandbox.
+  calls a module (``P = ga2.attn.rq_params(ex)``) is left undefined, not fatal, when it cannot be
+  computed in the sandbox (the module is missing there, or the part of it the value needs).
 
 Everything else at top level (calls, loops, prints, ``run_checks(...)``) is dropped, so the
 answer is found by the function names the exercise asks for and the last definition wins.
@@ -407,10 +407,10 @@ def _extract_statements(statements, notes: list[str], functions: set[str], exerc
                 continue
             if set(names) & functions or not _calls_a_module(node.value, modules):
                 emit(seg, label, first)
-            else:   # a module the sandbox lacks leaves its import's names, and so this value, undefined
+            else:   # a module the sandbox lacks, or lacks part of, leaves this value undefined
                 emit(["try:"], label, first)
                 emit(["    " + l for l in seg], label, first)
-                emit(["except NameError:", "    pass"], label, first)
+                emit(["except Exception:", "    pass"], label, first)
             for n in names:
                 definitions[n] = where
             kept += 1

@@ -69,6 +69,9 @@ class Lib:
 
     name: str
     hide: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Step:
     """Inside ``Call.methods``: what step ``index`` of the same call returned (the block an
     earlier ``allocate()`` handed out), or part of it (``path``)."""

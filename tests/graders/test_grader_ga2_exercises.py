@@ -7,6 +7,7 @@ to cross-check them.
 """
 import math
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -275,3 +276,44 @@ def test_the_notebook_keeps_a_constant_that_needs_a_missing_module_undefined():
     exec(compile(extracted.source.replace("import ga2", "import no_such_module_here"), "s", "exec"), namespace)
     assert "ex" not in namespace and namespace["SCALE"] == pytest.approx(2 ** 0.5)
     assert callable(namespace["attention_tail"])
+    # the sandbox's ga2 has the machine but not ga2.attn: the value fails, the rest loads
+    namespace = {"__fake__": types.ModuleType("ga2")}
+    exec(compile(extracted.source.replace("import ga2", "ga2 = __fake__"), "s", "exec"), namespace)
+    assert "ex" not in namespace and callable(namespace["attention_tail"])
+
+
+def test_the_public_checks_of_attention_tail_run_on_the_sandboxed_machine():
+    """``python -m graders check`` runs the public checks in the sandbox, whose ga2 has the
+    simulator but neither the course's tail nor what is built on it; the hidden tests of the
+    reference solution still load its notebook (which calls ga2.attn at its top level)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "graders", "check", "solutions/attention_tail.ipynb"],
+                         cwd=root, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and "4 of 4 public checks passed" in run.stdout, run.stdout + run.stderr
+    hide = registry.get("attention_tail").libs[0].hide
+    assert {"attn", "mutants"} <= set(hide)
+    from graders.grading import grade_bytes
+    result = grade_bytes((root / "solutions" / "attention_tail.ipynb").read_bytes(), "attention_tail.ipynb",
+                         "attention_tail")
+    assert result["score"] == result["max_score"], result["output"]
+
+
+def test_a_change_to_the_machine_changes_the_fingerprint_of_attention_tail(tmp_path, monkeypatch):
+    """The hidden tests run the learner's tail on ``ga2.machine``: a grade stays valid only as
+    long as that machine does, so its files are part of the exercise's fingerprint."""
+    import shutil
+    copy = tmp_path / "ga2"
+    shutil.copytree(registry.package_dir("ga2"), copy, ignore=shutil.ignore_patterns("__pycache__", "*.v"))
+    real = registry.package_dir
+    monkeypatch.setattr(registry, "package_dir", lambda name: copy if name == "ga2" else real(name))
+    registry.fingerprint.cache_clear()
+    try:
+        before = registry.fingerprint("attention_tail")
+        (copy / "machine.py").write_text((copy / "machine.py").read_text() + "\n# a change\n")
+        registry.fingerprint.cache_clear()
+        assert registry.fingerprint("attention_tail") != before
+    finally:
+        registry.fingerprint.cache_clear()
