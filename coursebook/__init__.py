@@ -21,10 +21,10 @@ threads (``kvcache.machine.limit_blas_threads``) after importing it.
 """
 from __future__ import annotations
 
-from .display import Table, matrix, show_source, table, vec
+from .display import Table, graded_names, matrix, show_source, table, vec
 from .glue import glue_all, glue_prose
 from .numbers import growth_word, rel_err, relation_word, times_word
 from .style import setup
 
-__all__ = ["setup", "glue_all", "glue_prose", "Table", "table", "matrix", "vec", "show_source",
+__all__ = ["setup", "glue_all", "glue_prose", "Table", "table", "matrix", "vec", "show_source", "graded_names",
            "rel_err", "times_word", "relation_word", "growth_word"]

@@ -150,6 +150,19 @@ def anchor_count(mutant: Mutant, source: str | None = None) -> int:
     return (builder_source() if source is None else source).count(mutant.anchor)
 
 
+def enclosing_function(mutant: Mutant, source: str | None = None) -> str:
+    """The name of the builder's top-level function whose text holds the mutant's anchor
+    ("" when the anchor sits outside every function, in a module constant)."""
+    import ast
+    source = builder_source() if source is None else source
+    at = source.index(mutant.anchor)
+    line = source.count("\n", 0, at) + 1
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= node.end_lineno:
+            return node.name
+    return ""
+
+
 def mutate(mutant: Mutant, source: str | None = None) -> str:
     """The builder's source with the mutant applied; ``BadAnchor`` unless the anchor is unique."""
     source = builder_source() if source is None else source

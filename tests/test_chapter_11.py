@@ -111,4 +111,14 @@ def test_the_page_shows_changes_never_the_builders_code(ch11):
     for first, second in zip(lines, lines[1:]):
         assert f"{first}\n{second}" not in page, first
     assert "def attention_tail" not in page and "def requant" not in page
+    # nor one line of it: the mutants that edit the tail are shown by their labels only
+    from ga2.mutants import EQUIVALENT, MUTANTS, enclosing_function
+    in_tail = [m for m in MUTANTS + EQUIVALENT if enclosing_function(m) == "attention_tail"]
+    assert len(in_tail) >= 8
+    for m in in_tail:
+        assert m.label.removeprefix("EQUIVALENT: ") in page
+        for text in (m.anchor, m.replacement):
+            assert not text or text.strip() not in page, text
+    elsewhere = [m for m in MUTANTS if enclosing_function(m) == "_cached_head"]
+    assert elsewhere and all(m.anchor.strip() in page for m in elsewhere)
     assert not re.search(r"\bseeds?\b", page, flags=re.IGNORECASE)
