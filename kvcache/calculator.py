@@ -325,48 +325,43 @@ class CacheCalculator(CourseWidget):
 def presets_figure(n_tokens: int = 4096, bytes_per_value: int = 2):
     """A matplotlib figure of the calculator's presets: every model on every GPU.
 
-    Left: cache bytes per token of each model (fp16 and int8).  Right: each GPU's memory split
-    into the model's fp16 weights, the caches of the batch of ``n_tokens``-token sequences that
-    fits, and what is left; a model whose weights do not fit is drawn past the GPU's edge.
+    One panel per model, one bar per GPU: the GPU's memory split into the model's fp16 weights,
+    the caches of the batch of ``n_tokens``-token sequences that fits (one block per sequence
+    while a block is wide enough to see), and what is left, with the batch written beside it.  A
+    model whose weights do not fit is drawn past a black tick at the GPU's memory.  Drawn to the
+    width of the text column (6.9 inches), its labels at 9 points or more.
     """
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 2.2]})
-    names = [m.name for m in MODELS.values()]
-    for offset, (b, label) in zip((-0.2, 0.2), ((2, "fp16"), (1, "int8"))):
-        vals = [m.bytes_per_token(b) / 2**10 for m in MODELS.values()]
-        bars = ax1.barh([i + offset for i in range(len(names))], vals, height=0.4, label=label)
-        ax1.bar_label(bars, labels=[f"{v:,.0f}" for v in vals], padding=2, fontsize=8)
-    ax1.set_yticks(range(len(names)), names)
-    ax1.invert_yaxis()
-    ax1.set_xlabel("cache per token (KiB)")
-    ax1.set_xlim(0, 700)
-    ax1.legend(loc="lower right")
-    ax1.set_title("Cache per token")
-
-    rows = []
-    for mk, m in MODELS.items():
-        for gk, g in GPUS.items():
+    top = 150        # GB: the 70B-class model's 140 GB of weights, and room for the labels
+    fig, axes = plt.subplots(len(MODELS), 1, figsize=(6.9, 4.9), sharex=True, layout="constrained")
+    for ax, m in zip(axes, MODELS.values()):
+        per_sequence = m.cache_bytes(n_tokens, bytes_per_value)
+        for i, g in enumerate(GPUS.values()):
             r = calculate(m.n_layers, m.n_kv_heads, m.head_dim, n_tokens, bytes_per_value, g.memory_bytes,
                           m.weight_bytes(2))
-            rows.append((f"{m.name} on {g.name}", r))
-    for i, (label, r) in enumerate(rows):
-        x = 0.0
-        for key, size in memory_segments(r):
-            ax2.barh(i, size / GB, left=x, color=COLOURS[key], edgecolor="white", height=0.7)
-            x += size / GB
-        ax2.plot([r["gpu_bytes"] / GB] * 2, [i - 0.42, i + 0.42], color="black", lw=1.5)
-        if r["weights_fit"]:
-            ax2.text(r["gpu_bytes"] / GB + 2, i, f"batch {r['max_batch']}", va="center", fontsize=8)
-        else:
-            ax2.text(r["gpu_bytes"] / GB + 2, i, f"weights ({r['weight_bytes'] / GB:,.0f} GB) do not fit",
-                     va="center", fontsize=8, color="white")
-    ax2.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
-    ax2.invert_yaxis()
-    ax2.set_xlabel("GB (10^9 bytes); black tick = the GPU's memory")
-    ax2.set_xlim(0, 150)
-    ax2.set_title(f"Memory at {n_tokens:,} tokens per sequence, fp16 cache")
+            pieces = memory_segments(r)
+            if r["max_batch"] and per_sequence / GB >= top / 100:      # blocks of 1.5 GB or more
+                pieces = [pieces[0], *[("caches", per_sequence)] * r["max_batch"], pieces[2]]
+            x = 0.0
+            for key, size in (piece for piece in pieces if piece[1]):
+                ax.barh(i, size / GB, left=x, height=0.7, color=COLOURS[key], edgecolor="white", linewidth=0.8)
+                x += size / GB
+            gpu_gb = g.memory_bytes / GB
+            ax.plot([gpu_gb] * 2, [i - 0.45, i + 0.45], color="black", lw=1.5)
+            if r["weights_fit"]:
+                ax.text(gpu_gb + 1.5, i, f"batch {r['max_batch']}", va="center", fontsize=9)
+            else:
+                ax.text(gpu_gb + 1.5, i, "weights do not fit", va="center", fontsize=9, color="white")
+        ax.set_yticks(range(len(GPUS)), [f"{key} ({g.memory_bytes / GB:,.0f} GB)" for key, g in GPUS.items()])
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+        ax.set_title(f"{m.name}: {m.weight_bytes(2) / GB:,.0f} GB of weights, "
+                     f"{format_bytes(per_sequence)} of cache per sequence", loc="left", fontsize=10)
+    axes[-1].set_xlim(0, top)
+    axes[-1].set_xlabel("GB ($10^9$ bytes); black tick: the GPU's memory")
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in ("weights", "caches", "left")]
-    ax2.legend(handles, ["weights (fp16)", "caches of the batch", "left over"], loc="upper right", fontsize=8)
-    fig.tight_layout()
+    cache = {4: "fp32", 2: "fp16", 1: "int8"}[bytes_per_value]
+    fig.legend(handles, ["weights (fp16)", f"{cache} caches of {n_tokens:,}-token sequences", "left over"],
+               loc="outside upper center", ncols=3)
     return fig

@@ -240,13 +240,43 @@ def test_exact_past_two_to_the_53(calc):
 
 
 def test_presets_figure():
-    fig = presets_figure()
-    ax1, ax2 = fig.axes[:2]
-    labels = [t.get_text() for t in ax2.get_yticklabels()]
-    assert len(labels) == 9 and "7B-class on A10" in labels
-    texts = [t.get_text() for t in ax2.texts]
-    assert "batch 4" in texts and "batch 30" in texts and "batch 0" in texts
-    assert sum("do not fit" in t for t in texts) == 3
-    assert ax1.get_xlabel() and ax2.get_xlabel()
+    """Every model on every GPU, one panel per model, drawn to the text column's width with
+    labels large enough to read there, and without a layout warning."""
+    import warnings
+
     import matplotlib.pyplot as plt
-    plt.close(fig)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = presets_figure()
+        fig.canvas.draw()
+    try:
+        assert tuple(fig.get_size_inches()) == (6.9, 4.9)
+        assert len(fig.axes) == 3
+        titles = [ax.get_title(loc="left") for ax in fig.axes]
+        assert titles[1] == "7B-class: 14 GB of weights, 2 GiB of cache per sequence"
+        assert [t.get_text() for t in fig.axes[1].get_yticklabels()] == ["T4 (16 GB)", "A10 (24 GB)", "A100 (80 GB)"]
+        batches = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+        # batches of 4,096-token fp16 caches beside fp16 weights, from the GPUs' and models' sizes
+        assert batches[0] == [f"batch {(gpu - 2 * 10**9) // (2 * 16 * 16 * 64 * 4096 * 2)}"
+                              for gpu in (16 * 10**9, 24 * 10**9, 80 * 10**9)] == ["batch 52", "batch 81", "batch 290"]
+        assert batches[1] == ["batch 0", "batch 4", "batch 30"]
+        assert batches[2] == ["weights do not fit"] * 3
+        # the 7B's 4 and 30 sequences of 2 GiB are drawn one block each; the 1B's 256 MiB ones, one
+        # block per GPU; nothing of a cache where none fits
+        cache_colour = matplotlib.colors.to_rgba("#dd8452")
+        blocks = [sum(p.get_facecolor() == cache_colour for p in ax.patches) for ax in fig.axes]
+        assert blocks == [3, 4 + 30, 0]
+        lo, hi = fig.axes[-1].get_xlim()
+        ticks = [t for t in fig.axes[-1].get_xticklabels() if lo <= t.get_position()[0] <= hi]
+        texts = [t for ax in fig.axes for t in (*ax.texts, *ax.get_yticklabels())] + ticks
+        assert [t.get_text() for t in ticks] == ["0", "20", "40", "60", "80", "100", "120", "140"]
+        assert min(t.get_fontsize() for t in texts) >= 9
+        # nothing drawn outside the figure
+        box = fig.bbox
+        renderer = fig.canvas.get_renderer()
+        for t in texts + [fig.legends[0]]:
+            extent = t.get_window_extent(renderer)
+            assert extent.x0 >= box.x0 - 1 and extent.x1 <= box.x1 + 1, t
+    finally:
+        plt.close(fig)
