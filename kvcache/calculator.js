@@ -57,6 +57,12 @@ export function toBytes(amount, unitBytes) {
   return roundHalfEven(amount * unitBytes);
 }
 
+/** kvcache.calculator.preset_amount: a preset's bytes (a Number) as its field shows them, in
+ * a unit of unitBytes, to two decimals (Python's round(x, 2): the exact value, ties to even). */
+export function presetAmount(nBytes, unitBytes) {
+  return Number(fixed(nBytes / unitBytes, 2, false));
+}
+
 /** kvcache.calculator.summary_rows: the table's [label, text] rows. */
 export function summaryRows(r, tokens, unit, unitBytes) {
   const both = (n) => `${formatInt(n)} bytes (${formatBytes(n)})`;
@@ -128,22 +134,42 @@ function render({ model, el }) {
   }
 
   // -- presets (kvcache/calculator.py does the same for a notebook's changes) ------------------
+  // A preset fills its fields with its amounts in the current unit, to two decimals; while it is
+  // chosen, its exact bytes are counted.  A preset whose fields no longer show it is "custom".
   function modelPresetValues(key, unit) {
     const m = cfg.models[key];
-    return m ? { layers: m.layers, kv_heads: m.kv_heads, head_dim: m.head_dim, weights: m.weight_bytes / units[unit] } : {};
+    return m ? { layers: m.layers, kv_heads: m.kv_heads, head_dim: m.head_dim,
+      weights: presetAmount(m.weight_bytes, units[unit]) } : {};
   }
   function gpuPresetValues(key, unit) {
     const g = cfg.gpus[key];
-    return g ? { gpu_memory: g.memory_bytes / units[unit] } : {};
+    return g ? { gpu_memory: presetAmount(g.memory_bytes, units[unit]) } : {};
   }
   function matchesModelPreset(values) {
     const m = cfg.models[values.model_preset];
-    return m && values.layers === m.layers && values.kv_heads === m.kv_heads && values.head_dim === m.head_dim
-      && toBytes(values.weights, units[values.unit]) === BigInt(m.weight_bytes);
+    return Boolean(m) && values.layers === m.layers && values.kv_heads === m.kv_heads && values.head_dim === m.head_dim
+      && values.weights === presetAmount(m.weight_bytes, units[values.unit]);
   }
   function matchesGpuPreset(values) {
     const g = cfg.gpus[values.gpu_preset];
-    return g && toBytes(values.gpu_memory, units[values.unit]) === BigInt(g.memory_bytes);
+    return Boolean(g) && values.gpu_memory === presetAmount(g.memory_bytes, units[values.unit]);
+  }
+  function gpuBytes() {
+    const g = cfg.gpus[model.get("gpu_preset")];
+    return g ? BigInt(g.memory_bytes) : toBytes(model.get("gpu_memory"), unitBytes());
+  }
+  function weightBytes() {
+    const m = cfg.models[model.get("model_preset")];
+    return m ? BigInt(m.weight_bytes) : toBytes(model.get("weights"), unitBytes());
+  }
+  // The unit switch: the memory fields keep their numbers, read in the new unit, and a preset
+  // they no longer show becomes custom (24 GB is an A10's memory, 24 GiB is not).
+  function unitChanges(unit) {
+    const values = { ...current(), unit };
+    const changes = { unit };
+    if (cfg.models[values.model_preset] && !matchesModelPreset(values)) changes.model_preset = "custom";
+    if (cfg.gpus[values.gpu_preset] && !matchesGpuPreset(values)) changes.gpu_preset = "custom";
+    return changes;
   }
   function current() {
     const names = ["model_preset", "gpu_preset", "unit", "bytes_per_value", ...WHOLE, "weights", "gpu_memory"];
@@ -187,9 +213,7 @@ function render({ model, el }) {
   });
   controls.unit = toggle({
     label: "memory unit", name: "unit", options: Object.keys(units).map((u) => [u, u]), value: model.get("unit"),
-    onChange: (unit) => commit({
-      unit, ...modelPresetValues(model.get("model_preset"), unit), ...gpuPresetValues(model.get("gpu_preset"), unit),
-    }),
+    onChange: (unit) => commit(unitChanges(unit)),
   });
   for (const name of WHOLE) {
     controls[name] = field({ label: cfg.fields[name].label, name, value: model.get(name), onInput: () => typed(name) });
@@ -232,7 +256,7 @@ function render({ model, el }) {
       layers: BigInt(model.get("layers")), kvHeads: BigInt(model.get("kv_heads")),
       headDim: BigInt(model.get("head_dim")), tokens: BigInt(model.get("tokens")),
       bytesPerValue: BigInt(model.get("bytes_per_value")),
-      gpuBytes: toBytes(model.get("gpu_memory"), unitBytes()), weightBytes: toBytes(model.get("weights"), unitBytes()),
+      gpuBytes: gpuBytes(), weightBytes: weightBytes(),
     });
     const rows = summaryRows(r, model.get("tokens"), unit, unitBytes());
     table.replaceChildren(...rows.map(([label, text], i) => h("tr", { "data-row": label },

@@ -33,7 +33,7 @@ from .memory import GB, GIB, MODELS, format_bytes, kv_cache_bytes, max_batch, ma
 from .roofline import GPUS
 
 __all__ = ["UNITS", "BYTES_PER_VALUE", "FIELDS", "AMOUNTS", "calculate", "memory_segments", "to_bytes",
-           "summary_rows", "CacheCalculator", "presets_figure"]
+           "preset_amount", "summary_rows", "CacheCalculator", "presets_figure"]
 
 UNITS = {"GB": GB, "GiB": GIB}
 BYTES_PER_VALUE = [("fp32 (4 bytes)", 4), ("fp16 / bf16 (2 bytes)", 2), ("int8 / fp8 (1 byte)", 1)]
@@ -94,6 +94,13 @@ def to_bytes(amount: float, unit: str) -> int:
     return round(amount * UNITS[unit])
 
 
+def preset_amount(n_bytes: int, unit: str) -> float:
+    """What a memory field shows for a preset of ``n_bytes``: the amount in ``unit`` to two
+    decimals (an A10's 24,000,000,000 bytes are 24 GB, or 22.35 GiB).  While the preset is
+    chosen the calculator counts its exact bytes; the page rounds the same way."""
+    return round(n_bytes / UNITS[unit], 2)
+
+
 def summary_rows(result: dict, n_tokens: int, unit: str) -> list[tuple[str, str]]:
     """The calculator's table as (label, text) rows: the words the widget shows."""
     u = UNITS[unit]
@@ -142,9 +149,12 @@ class CacheCalculator(CourseWidget):
     ``layers``, ``kv_heads``, ``head_dim``, ``tokens``, ``bytes_per_value`` (4, 2 or 1),
     ``gpu_preset`` (a key of ``kvcache.roofline.GPUS`` or "custom"), ``gpu_memory`` and
     ``weights`` (amounts in ``unit``: "GB" = 10**9 bytes, "GiB" = 2**30 bytes).
-    Choosing a preset fills its fields; editing a field makes its preset "custom"; changing the
-    unit keeps a preset's bytes (a custom amount keeps its number).  Output: ``result`` (a dict
-    of exact integers, see ``calculate``) and ``summary()`` (the rows of the widget's table).
+    Choosing a preset fills its fields (its amount in ``unit`` to two decimals, see
+    ``preset_amount``; while the preset is chosen the result counts its exact bytes); editing a
+    field makes its preset "custom".  Changing the unit changes how the two memory fields are
+    read: their numbers stay, the bytes change, and a preset they no longer match becomes
+    "custom" (24 GB is an A10; 24 GiB is not).  Output: ``result`` (a dict of exact integers,
+    see ``calculate``) and ``summary()`` (the rows of the widget's table).
     """
 
     _module = "calculator.js"
@@ -232,13 +242,13 @@ class CacheCalculator(CourseWidget):
         m = MODELS[key]
         with self._applying_values():
             self.layers, self.kv_heads, self.head_dim = m.n_layers, m.n_kv_heads, m.head_dim
-            self.weights = m.weight_bytes(2) / UNITS[self.unit]
+            self.weights = preset_amount(m.weight_bytes(2), self.unit)
 
     def _apply_gpu(self, key: str) -> None:
         if key not in GPUS:
             return
         with self._applying_values():
-            self.gpu_memory = GPUS[key].memory_bytes / UNITS[self.unit]
+            self.gpu_memory = preset_amount(GPUS[key].memory_bytes, self.unit)
 
     @traitlets.observe("model_preset")
     def _model_preset_changed(self, change) -> None:
@@ -252,43 +262,59 @@ class CacheCalculator(CourseWidget):
             self._apply_gpu(change["new"])
             self._update()
 
+    def _matches_model(self) -> bool:
+        """Do the model's fields still show its preset (in the current unit)?"""
+        m = MODELS.get(self.model_preset)
+        return m is not None and (self.layers, self.kv_heads, self.head_dim) == (m.n_layers, m.n_kv_heads, m.head_dim) \
+            and self.weights == preset_amount(m.weight_bytes(2), self.unit)
+
+    def _matches_gpu(self) -> bool:
+        g = GPUS.get(self.gpu_preset)
+        return g is not None and self.gpu_memory == preset_amount(g.memory_bytes, self.unit)
+
     @traitlets.observe("unit")
     def _unit_changed(self, change) -> None:
-        """Keep the presets' byte counts when the unit changes; custom values keep their number."""
+        """The memory fields keep their numbers, read in the new unit; a preset they no longer
+        show becomes custom."""
         if self._applying:
             return
-        with self._applying_values():
-            self._apply_model(self.model_preset)
-            self._apply_gpu(self.gpu_preset)
+        self._model_field_changed()
+        self._gpu_field_changed()
         self._update()
 
     @traitlets.observe("layers", "kv_heads", "head_dim", "weights")
-    def _model_field_changed(self, change) -> None:
-        m = MODELS.get(self.model_preset)
-        if self._applying or m is None:
+    def _model_field_changed(self, change=None) -> None:
+        if self._applying or self.model_preset not in MODELS:
             return
-        same = ((self.layers, self.kv_heads, self.head_dim) == (m.n_layers, m.n_kv_heads, m.head_dim)
-                and to_bytes(self.weights, self.unit) == m.weight_bytes(2))
-        if not same:
+        if not self._matches_model():
             with self._applying_values():
                 self.model_preset = CUSTOM
 
     @traitlets.observe("gpu_memory")
-    def _gpu_field_changed(self, change) -> None:
-        g = GPUS.get(self.gpu_preset)
-        if self._applying or g is None:
+    def _gpu_field_changed(self, change=None) -> None:
+        if self._applying or self.gpu_preset not in GPUS:
             return
-        if to_bytes(self.gpu_memory, self.unit) != g.memory_bytes:
+        if not self._matches_gpu():
             with self._applying_values():
                 self.gpu_preset = CUSTOM
 
     # -- the arithmetic ------------------------------------------------------------------------
+    def gpu_bytes(self) -> int:
+        """The GPU's memory in bytes: its preset's, while one is chosen, else the field's amount."""
+        g = GPUS.get(self.gpu_preset)
+        return g.memory_bytes if g is not None else to_bytes(self.gpu_memory, self.unit)
+
+    def weight_bytes(self) -> int:
+        """The weights in bytes: the model preset's (fp16), while one is chosen, else the field's."""
+        m = MODELS.get(self.model_preset)
+        return m.weight_bytes(2) if m is not None else to_bytes(self.weights, self.unit)
+
     def _update(self, change=None) -> dict:
         """Recompute ``result`` from the inputs (the browser draws it from the same inputs)."""
         if self._applying:
             return self.result
         self.result = calculate(self.layers, self.kv_heads, self.head_dim, self.tokens, self.bytes_per_value,
-                                to_bytes(self.gpu_memory, self.unit), to_bytes(self.weights, self.unit))
+                                self.gpu_bytes(), self.weight_bytes())
         return self.result
 
     def summary(self) -> list[tuple[str, str]]:
@@ -299,48 +325,43 @@ class CacheCalculator(CourseWidget):
 def presets_figure(n_tokens: int = 4096, bytes_per_value: int = 2):
     """A matplotlib figure of the calculator's presets: every model on every GPU.
 
-    Left: cache bytes per token of each model (fp16 and int8).  Right: each GPU's memory split
-    into the model's fp16 weights, the caches of the batch of ``n_tokens``-token sequences that
-    fits, and what is left; a model whose weights do not fit is drawn past the GPU's edge.
+    One panel per model, one bar per GPU: the GPU's memory split into the model's fp16 weights,
+    the caches of the batch of ``n_tokens``-token sequences that fits (one block per sequence
+    while a block is wide enough to see), and what is left, with the batch written beside it.  A
+    model whose weights do not fit is drawn past a black tick at the GPU's memory.  Drawn to the
+    width of the text column (6.9 inches), its labels at 9 points or more.
     """
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [1, 2.2]})
-    names = [m.name for m in MODELS.values()]
-    for offset, (b, label) in zip((-0.2, 0.2), ((2, "fp16"), (1, "int8"))):
-        vals = [m.bytes_per_token(b) / 2**10 for m in MODELS.values()]
-        bars = ax1.barh([i + offset for i in range(len(names))], vals, height=0.4, label=label)
-        ax1.bar_label(bars, labels=[f"{v:,.0f}" for v in vals], padding=2, fontsize=8)
-    ax1.set_yticks(range(len(names)), names)
-    ax1.invert_yaxis()
-    ax1.set_xlabel("cache per token (KiB)")
-    ax1.set_xlim(0, 700)
-    ax1.legend(loc="lower right")
-    ax1.set_title("Cache per token")
-
-    rows = []
-    for mk, m in MODELS.items():
-        for gk, g in GPUS.items():
+    top = 150        # GB: the 70B-class model's 140 GB of weights, and room for the labels
+    fig, axes = plt.subplots(len(MODELS), 1, figsize=(6.9, 4.9), sharex=True, layout="constrained")
+    for ax, m in zip(axes, MODELS.values()):
+        per_sequence = m.cache_bytes(n_tokens, bytes_per_value)
+        for i, g in enumerate(GPUS.values()):
             r = calculate(m.n_layers, m.n_kv_heads, m.head_dim, n_tokens, bytes_per_value, g.memory_bytes,
                           m.weight_bytes(2))
-            rows.append((f"{m.name} on {g.name}", r))
-    for i, (label, r) in enumerate(rows):
-        x = 0.0
-        for key, size in memory_segments(r):
-            ax2.barh(i, size / GB, left=x, color=COLOURS[key], edgecolor="white", height=0.7)
-            x += size / GB
-        ax2.plot([r["gpu_bytes"] / GB] * 2, [i - 0.42, i + 0.42], color="black", lw=1.5)
-        if r["weights_fit"]:
-            ax2.text(r["gpu_bytes"] / GB + 2, i, f"batch {r['max_batch']}", va="center", fontsize=8)
-        else:
-            ax2.text(r["gpu_bytes"] / GB + 2, i, f"weights ({r['weight_bytes'] / GB:,.0f} GB) do not fit",
-                     va="center", fontsize=8, color="white")
-    ax2.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
-    ax2.invert_yaxis()
-    ax2.set_xlabel("GB (10^9 bytes); black tick = the GPU's memory")
-    ax2.set_xlim(0, 150)
-    ax2.set_title(f"Memory at {n_tokens:,} tokens per sequence, fp16 cache")
+            pieces = memory_segments(r)
+            if r["max_batch"] and per_sequence / GB >= top / 100:      # blocks of 1.5 GB or more
+                pieces = [pieces[0], *[("caches", per_sequence)] * r["max_batch"], pieces[2]]
+            x = 0.0
+            for key, size in (piece for piece in pieces if piece[1]):
+                ax.barh(i, size / GB, left=x, height=0.7, color=COLOURS[key], edgecolor="white", linewidth=0.8)
+                x += size / GB
+            gpu_gb = g.memory_bytes / GB
+            ax.plot([gpu_gb] * 2, [i - 0.45, i + 0.45], color="black", lw=1.5)
+            if r["weights_fit"]:
+                ax.text(gpu_gb + 1.5, i, f"batch {r['max_batch']}", va="center", fontsize=9)
+            else:
+                ax.text(gpu_gb + 1.5, i, "weights do not fit", va="center", fontsize=9, color="white")
+        ax.set_yticks(range(len(GPUS)), [f"{key} ({g.memory_bytes / GB:,.0f} GB)" for key, g in GPUS.items()])
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+        ax.set_title(f"{m.name}: {m.weight_bytes(2) / GB:,.0f} GB of weights, "
+                     f"{format_bytes(per_sequence)} of cache per sequence", loc="left", fontsize=10)
+    axes[-1].set_xlim(0, top)
+    axes[-1].set_xlabel("GB ($10^9$ bytes); black tick: the GPU's memory")
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[k]) for k in ("weights", "caches", "left")]
-    ax2.legend(handles, ["weights (fp16)", "caches of the batch", "left over"], loc="upper right", fontsize=8)
-    fig.tight_layout()
+    cache = {4: "fp32", 2: "fp16", 1: "int8"}[bytes_per_value]
+    fig.legend(handles, ["weights (fp16)", f"{cache} caches of {n_tokens:,}-token sequences", "left over"],
+               loc="outside upper center", ncols=3)
     return fig

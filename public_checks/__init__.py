@@ -19,6 +19,7 @@ These checks are deliberately few.  The grade comes from the hidden tests in
 from __future__ import annotations
 
 import importlib
+import textwrap
 import traceback
 from dataclasses import dataclass
 from typing import Callable
@@ -26,6 +27,9 @@ from typing import Callable
 __all__ = ["run_checks", "load_checks", "evaluate", "CheckOutcome", "CheckReport", "PublicCheckFailed", "HIDDEN_NOTE"]
 
 HIDDEN_NOTE = "public tests passed; hidden tests run at grading"
+#: The report's lines are wrapped to this many characters: the width of an output on the course's
+#: pages (an exercise page shows the report of its starter code) and of a notebook's cell.
+REPORT_WIDTH = 88
 
 
 class PublicCheckFailed(AssertionError):
@@ -87,6 +91,17 @@ def evaluate(name: str, *fns: Callable) -> list[CheckOutcome]:
     return outcomes
 
 
+def _say(text: str, indent: str = "") -> None:
+    """Print ``text`` with each of its lines wrapped to REPORT_WIDTH characters (the continuation
+    lines start with ``indent``); a line that fits, or a word longer than the width, is left whole."""
+    for line in text.splitlines() or [""]:
+        if len(line) <= REPORT_WIDTH:
+            print(line)
+        else:
+            print(textwrap.fill(line, REPORT_WIDTH, subsequent_indent=indent, break_long_words=False,
+                                break_on_hyphens=False, replace_whitespace=False))
+
+
 def run_checks(name: str, *fns: Callable) -> CheckReport:
     """Print a report of the public checks of ``name`` for the learner's ``fns``.
 
@@ -96,20 +111,20 @@ def run_checks(name: str, *fns: Callable) -> CheckReport:
     outcomes = evaluate(name, *fns)
     report = CheckReport(name, tuple(outcomes))
     if outcomes and all(o.status == "not implemented" for o in outcomes):
-        print(f"{name}: not implemented yet. Write your answer in the cell above, run it, then run this cell again.")
+        _say(f"{name}: not implemented yet.\nWrite your answer in the cell above, run it, then run this cell again.")
         return report
     for o in outcomes:
         mark = {"passed": "ok  ", "failed": "FAIL", "not implemented": "todo"}[o.status]
         line = f"[{mark}] {o.description}"
         if o.message:
             line += f": {o.message}"
-        print(line)
+        _say(line, indent=" " * len("[FAIL] "))
     passed = sum(o.status == "passed" for o in outcomes)
-    print(f"{passed} of {len(outcomes)} public checks passed.")
+    _say(f"{passed} of {len(outcomes)} public checks passed.")
     if passed == len(outcomes):
-        print(f"{name}: {HIDDEN_NOTE} (python -m graders grade exercises/{name}.ipynb).")
+        _say(f"{name}: {HIDDEN_NOTE} (python -m graders grade exercises/{name}.ipynb).", indent="  ")
         return report
     if any(o.status == "failed" for o in outcomes):
         raise PublicCheckFailed(f"{name}: {len(outcomes) - passed} public check(s) did not pass; see the report above")
-    print(f"{name}: part of the answer is not implemented yet.")
+    _say(f"{name}: part of the answer is not implemented yet.")
     return report

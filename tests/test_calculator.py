@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 import traitlets  # noqa: E402
 from ipywidgets.embed import embed_data  # noqa: E402
 
-from kvcache.calculator import (CacheCalculator, calculate, memory_segments, presets_figure,  # noqa: E402
-                                summary_rows, to_bytes)
+from kvcache.calculator import (CacheCalculator, calculate, memory_segments, preset_amount,  # noqa: E402
+                                presets_figure, summary_rows, to_bytes)
 from kvcache.memory import GB, GIB  # noqa: E402
 
 
@@ -90,12 +90,49 @@ def test_gpu_presets(calc):
     assert shown(calc)["left for caches"].startswith("2,000,000,000 bytes")
 
 
-def test_unit_switch_keeps_preset_bytes(calc):
+def test_the_unit_switch_reads_the_same_numbers_in_the_other_unit(calc):
+    """The chapter's point: 24 - 14 = 10 GB leaves a batch of 4 sequences of 4,096 tokens
+    (2 GiB each); the same numbers read as GiB leave 10 GiB, exactly 5 of them."""
+    per_sequence = 2 * 32 * 32 * 128 * 4096 * 2
+    assert calc.result["spare_bytes"] == 10 * 10**9 and calc.result["max_batch"] == 4
     calc.unit = "GiB"
-    assert calc.gpu_memory == pytest.approx(24e9 / GIB) and calc.weights == pytest.approx(14e9 / GIB)
-    assert calc.result["gpu_bytes"] == 24 * GB and calc.result["max_batch"] == 4
-    assert calc.gpu_preset == "A10" and calc.model_preset == "7B"
+    assert (calc.gpu_memory, calc.weights) == (24.0, 14.0), "the fields keep their numbers"
+    assert calc.result["gpu_bytes"] == 24 * 2**30 and calc.result["weight_bytes"] == 14 * 2**30
+    assert calc.result["spare_bytes"] == 10 * 2**30 == 5 * per_sequence
+    assert calc.result["max_batch"] == 5 and calc.result["left_bytes"] == 0
+    assert calc.gpu_preset == "custom" and calc.model_preset == "custom", "24 GiB is not an A10's 24 GB"
+    assert shown(calc)["GPU memory"] == "25,769,803,776 bytes (24.00 GiB)"
+    assert shown(calc)["sequences that fit (batch)"] == "5"
+    calc.unit = "GB"
+    assert (calc.gpu_memory, calc.weights) == (24.0, 14.0) and calc.result["max_batch"] == 4
+    assert calc.result["gpu_bytes"] == 24 * 10**9
+
+
+def test_a_preset_chosen_in_gib_shows_two_decimals_and_counts_its_exact_bytes(calc):
+    calc.unit = "GiB"
+    calc.gpu_preset = "A10"
+    calc.model_preset = "7B"
+    assert (calc.gpu_memory, calc.weights) == (22.35, 13.04)   # 24e9 / 2**30 = 22.3517..., 14e9 / 2**30 = 13.0385...
+    assert calc.result["gpu_bytes"] == 24 * 10**9 and calc.result["weight_bytes"] == 14 * 10**9
+    assert calc.result["max_batch"] == 4
     assert shown(calc)["GPU memory"] == "24,000,000,000 bytes (22.35 GiB)"
+    assert shown(calc)["weights"] == "14,000,000,000 bytes (13.04 GiB)"
+    calc.weights = 13.04          # typing what the field shows keeps the preset
+    assert calc.model_preset == "7B" and calc.result["weight_bytes"] == 14 * 10**9
+    calc.gpu_memory = 22.351      # another number is the reader's own
+    assert calc.gpu_preset == "custom" and calc.result["gpu_bytes"] == round(22.351 * 2**30)
+    calc.layers = 33              # the model is custom: the weights are now the field's 13.04 GiB
+    assert calc.model_preset == "custom" and calc.result["weight_bytes"] == round(13.04 * 2**30)
+    calc.unit = "GB"              # and the switch keeps the numbers the fields show
+    assert (calc.gpu_memory, calc.weights) == (22.351, 13.04)
+    assert calc.result["gpu_bytes"] == 22_351_000_000 and calc.result["weight_bytes"] == 13_040_000_000
+
+
+def test_preset_amount_rounds_as_python_does():
+    assert preset_amount(24 * 10**9, "GiB") == 22.35 and preset_amount(80 * 10**9, "GiB") == 74.51
+    assert preset_amount(24 * 10**9, "GB") == 24 and preset_amount(140 * 10**9, "GiB") == 130.39
+    assert preset_amount(2**30 // 8, "GiB") == 0.12       # 0.125: a tie, to the even neighbour
+    assert preset_amount(3 * 2**30 // 8, "GiB") == 0.38   # 0.375: a tie, to the even neighbour
 
 
 def test_custom_memory_keeps_its_number_when_the_unit_changes(calc):
@@ -155,12 +192,14 @@ def test_the_readers_changes_arrive_as_jupyterlab_sends_them(calc):
     assert calc.layers == 80 and calc.model_preset == "custom" and calc.result["bytes_per_token"] == 1_310_720
     calc.set_state({"model_preset": "70B-GQA", "layers": 80, "kv_heads": 8, "head_dim": 128, "weights": 140.0})
     assert calc.model_preset == "70B-GQA" and calc.result["max_batch"] == 0
-    calc.set_state({"unit": "GiB", "weights": 140e9 / GIB, "gpu_memory": 24e9 / GIB})
-    assert calc.unit == "GiB" and calc.model_preset == "70B-GQA" and calc.gpu_preset == "A10"
-    assert calc.result["weight_bytes"] == 140 * GB
+    calc.set_state({"unit": "GiB", "model_preset": "custom", "gpu_preset": "custom"})   # the unit switch
+    assert calc.unit == "GiB" and (calc.weights, calc.gpu_memory) == (140.0, 24.0)
+    assert calc.result["weight_bytes"] == 140 * GIB and calc.result["gpu_bytes"] == 24 * GIB
+    calc.set_state({"gpu_preset": "A100", "gpu_memory": 74.51})
+    assert calc.gpu_preset == "A100" and calc.result["gpu_bytes"] == 80 * GB
     calc.set_state({"gpu_preset": "custom", "gpu_memory": 200})
     assert calc.result["gpu_bytes"] == 200 * GIB
-    assert calc.result["max_batch"] == (200 * 2**30 - 140 * 10**9) // (2 * 80 * 8 * 128 * 4096 * 2) == 55
+    assert calc.result["max_batch"] == (200 * 2**30 - 140 * 2**30) // (2 * 80 * 8 * 128 * 4096 * 2) == 48
 
 
 def test_the_saved_state_carries_the_module(calc):
@@ -201,13 +240,43 @@ def test_exact_past_two_to_the_53(calc):
 
 
 def test_presets_figure():
-    fig = presets_figure()
-    ax1, ax2 = fig.axes[:2]
-    labels = [t.get_text() for t in ax2.get_yticklabels()]
-    assert len(labels) == 9 and "7B-class on A10" in labels
-    texts = [t.get_text() for t in ax2.texts]
-    assert "batch 4" in texts and "batch 30" in texts and "batch 0" in texts
-    assert sum("do not fit" in t for t in texts) == 3
-    assert ax1.get_xlabel() and ax2.get_xlabel()
+    """Every model on every GPU, one panel per model, drawn to the text column's width with
+    labels large enough to read there, and without a layout warning."""
+    import warnings
+
     import matplotlib.pyplot as plt
-    plt.close(fig)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = presets_figure()
+        fig.canvas.draw()
+    try:
+        assert tuple(fig.get_size_inches()) == (6.9, 4.9)
+        assert len(fig.axes) == 3
+        titles = [ax.get_title(loc="left") for ax in fig.axes]
+        assert titles[1] == "7B-class: 14 GB of weights, 2 GiB of cache per sequence"
+        assert [t.get_text() for t in fig.axes[1].get_yticklabels()] == ["T4 (16 GB)", "A10 (24 GB)", "A100 (80 GB)"]
+        batches = [[t.get_text() for t in ax.texts] for ax in fig.axes]
+        # batches of 4,096-token fp16 caches beside fp16 weights, from the GPUs' and models' sizes
+        assert batches[0] == [f"batch {(gpu - 2 * 10**9) // (2 * 16 * 16 * 64 * 4096 * 2)}"
+                              for gpu in (16 * 10**9, 24 * 10**9, 80 * 10**9)] == ["batch 52", "batch 81", "batch 290"]
+        assert batches[1] == ["batch 0", "batch 4", "batch 30"]
+        assert batches[2] == ["weights do not fit"] * 3
+        # the 7B's 4 and 30 sequences of 2 GiB are drawn one block each; the 1B's 256 MiB ones, one
+        # block per GPU; nothing of a cache where none fits
+        cache_colour = matplotlib.colors.to_rgba("#dd8452")
+        blocks = [sum(p.get_facecolor() == cache_colour for p in ax.patches) for ax in fig.axes]
+        assert blocks == [3, 4 + 30, 0]
+        lo, hi = fig.axes[-1].get_xlim()
+        ticks = [t for t in fig.axes[-1].get_xticklabels() if lo <= t.get_position()[0] <= hi]
+        texts = [t for ax in fig.axes for t in (*ax.texts, *ax.get_yticklabels())] + ticks
+        assert [t.get_text() for t in ticks] == ["0", "20", "40", "60", "80", "100", "120", "140"]
+        assert min(t.get_fontsize() for t in texts) >= 9
+        # nothing drawn outside the figure
+        box = fig.bbox
+        renderer = fig.canvas.get_renderer()
+        for t in texts + [fig.legends[0]]:
+            extent = t.get_window_extent(renderer)
+            assert extent.x0 >= box.x0 - 1 and extent.x1 <= box.x1 + 1, t
+    finally:
+        plt.close(fig)

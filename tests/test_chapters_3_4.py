@@ -47,7 +47,11 @@ EXACT_CH3 = {"ch3_tokens_gb": "19,073", "ch3_tokens_gib": "20,480", "ch3_batch_g
              "ch3_t4_batch": "0", "ch3_q2_bpt": "98,304", "ch3_gib_over_gb": "7.4%",
              "ch3_q2_total": "201,326,592 bytes (192 MiB)", "ch3_q3_total": "201,326,592 bytes (192 MiB)",
              "ch3_70b_sharing_ratio": "8", "ch3_1b_batch_min": "52", "ch3_1b_batch_max": "290",
-             "ch3_calc_group": "4", "ch3_calc_cut": "8"}
+             "ch3_calc_group": "4", "ch3_calc_cut": "8",
+             # the calculator's unit switch on the example: 24 and 14 read as GiB leave 10 GiB, a batch of 5;
+             # an A10's 24,000,000,000 bytes are 22.35 GiB
+             "ch3_calc_gpu_field": "24", "ch3_calc_weights_field": "14", "ch3_calc_spare_gib": "10 GiB",
+             "ch3_calc_batch_gib": "5", "ch3_a10_gb": "24", "ch3_calc_a10_gib": "22.35"}
 # seed 004, chapter 4: ops:byte 208.3; attention 62 ops/byte; 46 / 23 / 6 ms per token;
 # prefill 75 / 39 / 16 ms; totals 6.98 / 3.49 / 0.92 s
 SEED_004_CH4 = {"ch4_opb_a10": "208.3", "ch4_ai_round": "62",
@@ -142,6 +146,29 @@ def test_ch3_shows_the_widget_and_its_static_figure(ch3):
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outs)
     assert figures(nb) >= 3          # cache vs tokens, batch vs length, the presets figure
     assert nb.metadata.get("widgets"), "the executed notebook should carry the widget state"
+
+
+def test_ch3_unit_switch_moves_the_batch_as_the_two_readings_do(ch3):
+    """Pressing GiB on the calculator's example gives the batch of the 10 GiB reading, and the
+    page saves the widget back on its example (GB, the 7B-class model on an A10)."""
+    nb, g = ch3
+    assert (g["ch3_batch_gb"], g["ch3_calc_batch_gib"]) == ("4", "5") and g["ch3_calc_batch_gib"] == g["ch3_batch_gib"]
+    printed = [o["text"] for c in nb.cells if c.get("id") == "cell-42-unit-code" for o in c.outputs]
+    assert printed == ["24.0 14.0 GiB    presets: custom custom\n10 GiB left: 5 sequences of 4,096 tokens\n"]
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    saved = [e["state"] for e in state.values() if e["model_name"] == "AnyModel"]
+    assert [(s["unit"], s["model_preset"], s["gpu_preset"], s["gpu_memory"], s["weights"]) for s in saved] == \
+        [("GB", "7B", "A10", 24.0, 14.0)]
+
+
+@pytest.mark.parametrize("fixture", ["ch3", "ch4", "appx"])
+def test_chapter_outputs_carry_no_stderr_and_no_warning(fixture, request):
+    """A warning printed while a chapter runs would appear on its page (with the build's paths)."""
+    nb, _ = request.getfixturevalue(fixture)
+    noisy = [(c.get("id"), o.get("text", "")[:200]) for c in nb.cells if c.cell_type == "code" for o in c.outputs
+             if (o.get("output_type") == "stream" and o.get("name") == "stderr")
+             or "Warning" in o.get("text", "") or "Warning" in o.get("data", {}).get("text/plain", "")]
+    assert not noisy, noisy
 
 
 @pytest.mark.parametrize("fixture", ["ch3", "ch4", "appx"])

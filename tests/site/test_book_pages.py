@@ -6,7 +6,9 @@
 * no page speaks of "the seed": readers never saw the course's source documents;
 * the visible code of every chapter teaches: the share of its lines that are glue or plot
   plumbing stays small, cells that only glue are hidden, and no chapter redefines a helper that
-  ``coursebook`` provides (or one another chapter defines).
+  ``coursebook`` provides (or one another chapter defines);
+* no page shows what a cell wrote to stderr, or a warning (text meant for the build's log, with
+  the build's paths in it).
 """
 from __future__ import annotations
 
@@ -79,6 +81,63 @@ def read_page(site: Path, page: str) -> _Page:
     parser = _Page()
     parser.feed((site / page).read_text(encoding="utf-8"))
     return parser
+
+
+class _Outputs(HTMLParser):
+    """The output blocks of a page's code cells: (the block's classes, its text).  myst-nb draws
+    each output as a div of class "output" and its kind: "stream", "stderr", "text_plain", ..."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.blocks: list[tuple[list[str], list[str]]] = []
+        self._depths: list[int] = []     # the div depth at which each open block started
+        self._depth = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag != "div":
+            return
+        self._depth += 1
+        classes = (dict(attrs).get("class") or "").split()
+        if "output" in classes and not self._depths:
+            self.blocks.append((classes, []))
+            self._depths.append(self._depth)
+
+    def handle_endtag(self, tag):
+        if tag != "div":
+            return
+        if self._depths and self._depths[-1] == self._depth:
+            self._depths.pop()
+        self._depth -= 1
+
+    def handle_data(self, data):
+        if self._depths:
+            self.blocks[-1][1].append(data)
+
+
+def noisy_outputs(html: str) -> list[str]:
+    """The output blocks of a page that are a stderr stream or say "Warning"."""
+    parser = _Outputs()
+    parser.feed(html)
+    return [" ".join(classes) + ": " + "".join(text).strip()[:200] for classes, text in parser.blocks
+            if "stderr" in classes or "Warning" in "".join(text)]
+
+
+def test_noisy_outputs_are_found():
+    stderr = ('<div class="cell_output docutils container"><div class="output stderr highlight-myst-ansi notranslate">'
+              '<div class="highlight"><pre><span></span>/tmp/x/calc.py:345: UserWarning: The figure layout has changed'
+              '</pre></div></div><img src="a.png" /></div>')
+    printed = ('<div class="cell_output docutils container"><div class="output stream highlight-myst-ansi notranslate">'
+               '<div class="highlight"><pre>batch 4</pre></div></div></div>')
+    assert noisy_outputs(stderr) == ["output stderr highlight-myst-ansi notranslate: "
+                                     "/tmp/x/calc.py:345: UserWarning: The figure layout has changed"]
+    assert noisy_outputs(printed) == []
+    assert noisy_outputs(printed.replace("batch 4", "DeprecationWarning: soon")) != []
+
+
+@pytest.mark.parametrize("page", site_pages())
+def test_no_page_shows_stderr_or_a_warning(site, page):
+    noisy = noisy_outputs((site / page).read_text(encoding="utf-8"))
+    assert not noisy, f"{page} shows output meant for the build's log: {noisy}"
 
 
 def test_no_page_and_no_download_gives_an_answer(site):

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from kvcache.calculator import BYTES_PER_VALUE, FIELDS, UNITS, CacheCalculator, summary_rows
+from kvcache.calculator import BYTES_PER_VALUE, FIELDS, UNITS, CacheCalculator, preset_amount, summary_rows
 from kvcache.memory import GB, GIB, MODELS, format_bytes, kv_cache_bytes, max_batch, max_tokens
 from kvcache.roofline import GPUS
 from watched import settle, watched_page
@@ -158,16 +158,21 @@ def random_cases(n: int, seed: int) -> list[dict]:
 
 
 def test_typed_values_give_what_kvcache_memory_computes(site, base_url, browser):
-    """Type each case into the fields, as a reader would, and read the table back."""
+    """Type each case into the fields, as a reader would, in the other unit; then press the
+    case's unit: the fields keep the typed numbers, and the table reads them in that unit."""
     cases = random_cases(24, seed=3)
+    typed = (("layers", "L"), ("kv_heads", "G"), ("head_dim", "d"), ("tokens", "T"), ("gpu_memory", "gpu"),
+             ("weights", "weights"))
     with watched_page(browser, base_url, PAGE) as (page, problems):
         for case in cases:
-            press_unit(page, case["unit"])
-            for name, key in (("layers", "L"), ("kv_heads", "G"), ("head_dim", "d"), ("tokens", "T"),
-                              ("gpu_memory", "gpu"), ("weights", "weights")):
+            press_unit(page, "GB" if case["unit"] == "GiB" else "GiB")
+            for name, key in typed:
                 type_into(page, name, case[key])
             choose(page, "bytes_per_value", case["b"])
+            press_unit(page, case["unit"])
             shown = read(page)
+            assert shown["unit"] == case["unit"] and shown["units"] == [case["unit"]] * 2
+            assert [shown["fields"][name] for name, _ in typed] == [str(case[key]) for _, key in typed], case
             gpu_bytes = round(case["gpu"] * UNITS[case["unit"]])
             weight_bytes = round(case["weights"] * UNITS[case["unit"]])
             want = expected_rows(case["L"], case["G"], case["d"], case["T"], case["b"], gpu_bytes, weight_bytes,
@@ -229,6 +234,27 @@ def test_the_module_agrees_with_kvcache_memory_on_many_inputs(site, base_url, br
     assert past > 500, "the cases should reach past 2**53 often"
 
 
+PRESET_AMOUNT_JS = r"""
+(cases) => cases.map(([bytes, unitBytes]) => window.__calc.presetAmount(bytes, unitBytes))
+"""
+
+
+def test_the_modules_preset_amounts_round_as_python_does(site, base_url, browser):
+    """What a preset shows in a memory field: two decimals, the exact value's ties to even."""
+    rng = random.Random(5)
+    cases = [(rng.randint(0, 2**53 // 2**20), unit) for _ in range(2000) for unit in UNITS]
+    cases += [(g.memory_bytes, unit) for g in GPUS.values() for unit in UNITS]
+    cases += [(m.weight_bytes(2), unit) for m in MODELS.values() for unit in UNITS]
+    cases += [(k * GIB // 8, "GiB") for k in range(1, 200, 2)]        # n.125, n.375, ...: exact ties
+    with watched_page(browser, base_url, PAGE) as (page, problems):
+        page.evaluate(MODULE_JS)
+        got = page.evaluate(PRESET_AMOUNT_JS, [[n, UNITS[unit]] for n, unit in cases])
+    assert_clean(problems)
+    want = [round(n / UNITS[unit], 2) for n, unit in cases]       # Python's round, written out here
+    assert got == want
+    assert want[-100:][:4] == [0.12, 0.38, 0.62, 0.88] and preset_amount(24 * GB, "GiB") == 22.35
+
+
 def test_the_page_and_the_python_widget_agree_step_by_step(site, base_url, browser):
     """The same changes made on the page and to CacheCalculator (a notebook's view of it)."""
     calc = CacheCalculator()
@@ -238,6 +264,10 @@ def test_the_page_and_the_python_widget_agree_step_by_step(site, base_url, brows
         ("type", "gpu_memory", "40"), ("unit", "unit", "GB"), ("choose", "gpu_preset", "T4"),
         ("choose", "model_preset", "1B"), ("type", "tokens", "32768"), ("type", "weights", "0"),
         ("choose", "model_preset", "custom"), ("type", "layers", "80"), ("choose", "gpu_preset", "A10"),
+        # the unit switch with presets chosen, a preset chosen in GiB, a field typed after it
+        ("choose", "model_preset", "7B"), ("unit", "unit", "GiB"), ("choose", "gpu_preset", "A100"),
+        ("choose", "model_preset", "70B-GQA"), ("type", "layers", "40"), ("unit", "unit", "GB"),
+        ("type", "weights", "22.351"), ("unit", "unit", "GiB"), ("type", "gpu_memory", "130.39"),
     ]
     with watched_page(browser, base_url, PAGE) as (page, problems):
         for kind, name, value in steps:
@@ -255,6 +285,7 @@ def test_the_page_and_the_python_widget_agree_step_by_step(site, base_url, brows
             for field in ("layers", "kv_heads", "head_dim", "tokens", "weights", "gpu_memory"):
                 assert float(shown["fields"][field]) == float(getattr(calc, field)), (field, kind, name, value)
             assert shown["unit"] == calc.unit and set(shown["units"]) == {calc.unit}
+            assert all(len(shown["fields"][f]) <= 8 for f in ("weights", "gpu_memory")), shown["fields"]
     assert_clean(problems)
 
 
@@ -273,20 +304,55 @@ def test_presets_fill_the_fields_and_editing_makes_them_custom(site, base_url, b
         shown = read(page)
         assert shown["fields"]["gpu_memory"] == "80" and dict(shown["rows"])["sequences that fit (batch)"] == "30"
         assert shown["sequences"] == 30
-        press_unit(page, "GiB")                 # the presets keep their bytes
+        press_unit(page, "GiB")                 # the same numbers, read as GiB: no preset any more
         shown = read(page)
-        assert float(shown["fields"]["gpu_memory"]) == GPUS["A100"].memory_bytes / GIB
-        assert shown["fields"]["gpu_preset"] == "A100" and shown["fields"]["model_preset"] == "7B"
-        assert dict(shown["rows"])["sequences that fit (batch)"] == "30"
+        assert (shown["fields"]["gpu_memory"], shown["fields"]["weights"]) == ("80", "14")
+        assert shown["fields"]["gpu_preset"] == "custom" and shown["fields"]["model_preset"] == "custom"
+        assert dict(shown["rows"])["sequences that fit (batch)"] == str((80 - 14) * GIB // (2 * GIB)) == "33"
         assert shown["units"] == ["GiB", "GiB"]
+        choose(page, "gpu_preset", "A100")      # a preset in GiB: two decimals shown, its exact bytes counted
+        choose(page, "model_preset", "7B")
+        shown = read(page)
+        assert (shown["fields"]["gpu_memory"], shown["fields"]["weights"]) == ("74.51", "13.04")
+        assert dict(shown["rows"])["GPU memory"] == f"{80 * GB:,} bytes (74.51 GiB)"
+        assert dict(shown["rows"])["weights"] == f"{14 * GB:,} bytes (13.04 GiB)"
+        assert dict(shown["rows"])["sequences that fit (batch)"] == "30"
         type_into(page, "head_dim", "64")       # a field that differs from the preset
-        assert read(page)["fields"]["model_preset"] == "custom"
+        shown = read(page)
+        assert shown["fields"]["model_preset"] == "custom"
+        assert dict(shown["rows"])["weights"] == f"{round(13.04 * GIB):,} bytes (13.04 GiB)", "now the field's number"
         type_into(page, "gpu_memory", "10")
         shown = read(page)
         assert shown["fields"]["gpu_preset"] == "custom"
         assert dict(shown["rows"])["GPU memory"] == f"{10 * GIB:,} bytes (10.00 GiB)"
         press_unit(page, "GB")                  # a custom amount keeps its number
-        assert read(page)["fields"]["gpu_memory"] == "10"
+        shown = read(page)
+        assert shown["fields"]["gpu_memory"] == "10" and shown["fields"]["weights"] == "13.04"
+        assert dict(shown["rows"])["GPU memory"] == f"{10 * GB:,} bytes (10.00 GB)"
+    assert_clean(problems)
+
+
+def test_the_unit_switch_shows_the_chapters_10_gb_or_10_gib(site, base_url, browser):
+    """The chapter's point: 24 - 14 = 10 GB leaves a batch of 4 sequences of 4,096 tokens;
+    press GiB and the same two numbers leave 10 GiB, exactly 5 of them; press GB and it is 4."""
+    per_sequence = kv_cache_bytes(32, 32, 128, 4096, 2)
+    with watched_page(browser, base_url, PAGE) as (page, problems):
+        before = read(page)
+        assert dict(before["rows"])["left for caches"] == f"{10 * GB:,} bytes (10.00 GB)"
+        assert dict(before["rows"])["sequences that fit (batch)"] == str(10 * GB // per_sequence) == "4"
+        press_unit(page, "GiB")
+        shown = read(page)
+        assert (shown["fields"]["gpu_memory"], shown["fields"]["weights"]) == ("24", "14")
+        assert shown["unit"] == "GiB" and shown["units"] == ["GiB", "GiB"]
+        assert shown["rows"] == expected_rows(32, 32, 128, 4096, 2, 24 * GIB, 14 * GIB, "GiB")
+        assert dict(shown["rows"])["left for caches"] == f"{10 * GIB:,} bytes (10.00 GiB)"
+        assert dict(shown["rows"])["sequences that fit (batch)"] == str(10 * GIB // per_sequence) == "5"
+        assert shown["sequences"] == 5
+        assert (shown["fields"]["model_preset"], shown["fields"]["gpu_preset"]) == ("custom", "custom")
+        press_unit(page, "GB")
+        shown = read(page)
+        assert (shown["fields"]["gpu_memory"], shown["fields"]["weights"]) == ("24", "14")
+        assert shown["rows"] == before["rows"] and shown["sequences"] == 4
     assert_clean(problems)
 
 

@@ -8,6 +8,7 @@ folder, news and update checks off), opens the chapter in Chromium, runs every c
 * asks the kernel what ``calc`` holds: the typed value reached Python and ``calc.result``
   (kvcache.memory) agrees with the page;
 * sets a trait from the kernel (as a notebook cell does) and sees the widget redraw;
+* presses the unit switch: Python reads the same numbers in the other unit, as the page does;
 * types bad input: the widget says why, and Python keeps the last valid value.
 
 No request may leave the loopback server and the console must stay free of errors, as on the
@@ -67,6 +68,11 @@ ERRORS_JS = r"""
 TABLE_JS = r"""
 () => Object.fromEntries(Array.from(document.querySelectorAll('.kv-calculator-widget tr[data-row]'))
   .map(tr => [tr.cells[0].textContent, tr.cells[1].textContent]))
+"""
+
+BATCH_IS_JS = r"""
+(batch) => Array.from(document.querySelectorAll('.kv-calculator-widget tr[data-row]'))
+  .some(tr => tr.cells[0].textContent === 'sequences that fit (batch)' && tr.cells[1].textContent === batch)
 """
 
 
@@ -176,6 +182,15 @@ def test_the_calculator_works_in_jupyterlab(lab, browser, screenshots):
         page.wait_for_function("() => document.querySelector('.kv-calculator-widget [data-control=\"kv_heads\"]')"
                                ".value === '8'", timeout=10_000)
         assert page.evaluate(TABLE_JS)["sequences that fit (batch)"] == "0: the weights alone do not fit in this GPU"
+
+        # the reader presses GiB on the example: Python reads the same 24 and 14 as GiB, a batch of 5
+        page.evaluate(KERNEL_RUN_JS, "calc.model_preset, calc.gpu_preset = '7B', 'A10'")
+        page.wait_for_function(BATCH_IS_JS, arg="4", timeout=10_000)
+        widget.locator('button[data-control="unit"][data-value="GiB"]').click()
+        page.wait_for_function(BATCH_IS_JS, arg="5", timeout=10_000)
+        said = page.evaluate(KERNEL_RUN_JS, "print(calc.unit, calc.gpu_memory, calc.weights, calc.gpu_preset,"
+                                            " calc.model_preset, calc.result['max_batch'])")
+        assert said.split() == ["GiB", "24.0", "14.0", "custom", "custom", "5"], said
 
         # bad input: a message in the widget; Python keeps the last valid value
         widget.locator('[data-control="tokens"]').fill("-1")
