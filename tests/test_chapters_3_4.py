@@ -228,6 +228,12 @@ def test_ch4_measurements_are_positive_and_finite(ch4):
     assert figures(nb) >= 3          # roofline, batching, the measurement
 
 
+def test_appendix_leaves_room_for_the_last_words_labels():
+    nb = nbformat.read(APPX, as_version=4)
+    code = next(c.source for c in nb.cells if c.cell_type == "code" and "beam search wins the sequence" in c.source)
+    assert "ax.set_xlim(0.7, n_new + 0.6)" in code     # the labels sit right of their points
+
+
 def test_ch4_words_around_its_figures(ch4):
     """The roofline's figure at batch 1 is a speed (TFLOP/s), its share of the A10's 125; the step it
     measures computes what Chapter 1's `attend` does (attend is taught there, not in Chapter 2); the

@@ -192,6 +192,12 @@ def test_ch10_names_each_per_token_growth_by_its_span(ch10):
     assert "On average over the\ngeneration, from the first token to the 32nd" in body
 
 
+def test_ch10_pipeline_legend_is_off_the_data():
+    nb = nbformat.read(CH10, as_version=4)
+    code = next(c.source for c in nb.cells if c.cell_type == "code" and 'title="The GA-2 pipeline"' in c.source)
+    assert 'ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22)' in code    # under the axis
+
+
 def test_ch10_counts_cache_rows_from_0_as_it_counts_tokens(ch10):
     nb, g = ch10
     md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
