@@ -14,7 +14,8 @@ A chapter's visible code should teach; the plumbing lives here, out of the reade
 * ``show_source(fn)``: print an engine function's source, refusing any function an exercise
   grades (the course never shows an answer);
 * ``rel_err``, and the words that describe a measured figure (``times_word``, ``relation_word``,
-  ``growth_word``), so that the text stays true on a slow or a busy machine.
+  ``growth_word``, ``against_prediction``), so that the text stays true on a slow or a busy
+  machine; ``and_join`` lists items for a sentence ("1, 2, 3 and 5").
 
 Importing this package imports neither numpy nor matplotlib: a chapter may limit numpy's
 threads (``kvcache.machine.limit_blas_threads``) after importing it.
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 from .display import Table, graded_names, matrix, show_source, table, vec
 from .glue import glue_all, glue_prose
-from .numbers import growth_word, rel_err, relation_word, times_word
+from .numbers import against_prediction, and_join, growth_word, rel_err, relation_word, times_word
 from .style import setup
 
 __all__ = ["setup", "glue_all", "glue_prose", "Table", "table", "matrix", "vec", "show_source", "graded_names",
-           "rel_err", "times_word", "relation_word", "growth_word"]
+           "rel_err", "times_word", "relation_word", "growth_word", "against_prediction", "and_join"]

@@ -70,6 +70,17 @@ def beam_histories(trace) -> list[list[list[int]]]:
     return histories
 
 
+def finish_steps(trace) -> list[int]:
+    """The steps of a ``beam_search`` trace at which hypotheses finished and were kept: those
+    whose list of finished scores (the K best so far) holds a score the step before did not."""
+    steps, before = [], []
+    for t, step in enumerate(trace):          # step t of the trace is its t-th entry
+        if set(step["finished"]) - set(before):
+            steps.append(t)
+        before = step["finished"]
+    return steps
+
+
 def _path_to(histories, tokens):
     """(step, slot) of each token of ``tokens`` along the running beams, as far as they go."""
     path = []
@@ -86,43 +97,51 @@ def _path_to(histories, tokens):
 def draw_beam_tree(ax, trace, best=None, max_new_tokens=None, title: str = "") -> None:
     """The running beams after each step (a column per step, a row per beam), each joined to the
     beam of the step before it continues (its parent: the cache row it is copied from), labelled
-    with its new token.  Squares mark the steps where hypotheses finished (with how many so far);
-    ``best`` (the returned tokens) is drawn in black, ending with a square when it finished at
-    EOS or at the length limit."""
+    with its new token.  Steps are counted from 0, as the trace counts them: step t chooses the
+    (t + 1)-th new token; the prompt, prefilled before step 0, sits left of it.  Red squares mark
+    the steps where hypotheses finished (``finish_steps``), with how many are kept then; ``best``
+    (the returned tokens) is drawn in black, ending with a square when it finished at EOS or at
+    the length limit.  A legend under the axis says what each mark is."""
+    from matplotlib.lines import Line2D
+
     histories = beam_histories(trace)
     K = len(trace[0]["parents"])
     last_all_end = max_new_tokens is not None and len(trace) == max_new_tokens
     shown = len(trace) - 1 if last_all_end else len(trace)
-    ax.plot([0], [0], "o", color="black", ms=7)
-    ax.text(0, 0.28, "prompt", ha="center", fontsize=8)
+    prompt_x = -1
+    ax.plot([prompt_x], [0], "o", color="black", ms=7)
+    ax.text(prompt_x, 0.28, "prompt", ha="center", fontsize=8)
     for t in range(shown):
         for i, (p, tok) in enumerate(zip(trace[t]["parents"], trace[t]["tokens"])):
-            y0 = 0 if t == 0 else -p
-            ax.plot([t, t + 1], [y0, -i], color="0.7", lw=1, zorder=1)
-            ax.plot([t + 1], [-i], "o", color="tab:blue", ms=6, zorder=2)
-            ax.text(t + 1, -i + 0.2, str(tok), ha="center", fontsize=7)
-    finished_before = 0
-    for t, step in enumerate(trace):
-        count = len(step["finished"])
-        if count > finished_before:
-            ax.plot([t + 1], [0.75], "s", color="tab:red", ms=6)
-            ax.text(t + 1, 0.95, f"{count}", ha="center", fontsize=7, color="tab:red")
-        finished_before = count
+            ax.plot([t - 1, t], [0 if t == 0 else -p, -i], color="0.7", lw=1, zorder=1)
+            ax.plot([t], [-i], "o", color="tab:blue", ms=6, zorder=2)
+            ax.text(t, -i + 0.2, str(tok), ha="center", fontsize=7)
+    handles = [Line2D([], [], marker="o", ls="", color="tab:blue", ms=6,
+                      label="running beam (its new token above)"),
+               Line2D([], [], marker="s", ls="", color="tab:red", ms=6,
+                      label="hypotheses finished (how many kept)")]
+    for t in finish_steps(trace):
+        ax.plot([t], [0.75], "s", color="tab:red", ms=6)
+        ax.text(t, 0.95, f"{len(trace[t]['finished'])}", ha="center", fontsize=7, color="tab:red")
     if best:
         path = _path_to(histories[:shown], best)
-        xs = [0] + [t + 1 for t, _ in path]
+        xs = [prompt_x] + [t for t, _ in path]
         ys = [0] + [-s for _, s in path]
+        handles.append(Line2D([], [], color="black", lw=2, label="the returned hypothesis"))
         if len(path) < len(best):              # it finished: its last token is not a running beam
-            parent_y = ys[-1]
-            end_x = len(best)
-            ax.plot([xs[-1], end_x], [parent_y, -K + 0.2], color="black", lw=2)
+            end_x = len(best) - 1
+            ax.plot([xs[-1], end_x], [ys[-1], -K + 0.2], color="black", lw=2)
             ax.plot([end_x], [-K + 0.2], "s", color="black", ms=8)
             ax.text(end_x, -K - 0.15, str(best[-1]), ha="center", fontsize=8)
+            handles.append(Line2D([], [], marker="s", ls="", color="black", ms=8,
+                                  label="its last token (it ends there)"))
         ax.plot(xs, ys, color="black", lw=2, zorder=3)
-    ax.set_xticks(range(0, len(trace) + 1))
+    ax.set_xticks(range(prompt_x, len(trace)), ["prefill"] + [str(t) for t in range(len(trace))])
     ax.set_yticks([-i for i in range(K)], [f"beam {i}" for i in range(K)])
-    ax.set_xlabel("step (tokens generated)")
+    ax.set_xlabel("step, counted from 0 (step t chooses new token number t + 1)")
+    ax.set_xlim(prompt_x - 0.5, len(trace) - 0.5)
     ax.set_ylim(-K - 0.4, 1.2)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, fontsize=8)
     ax.grid(False)
     if title:
         ax.set_title(title)

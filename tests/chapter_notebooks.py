@@ -45,3 +45,31 @@ def glued(nb):
             except (ValueError, SyntaxError):
                 values[meta["name"]] = text
     return values
+
+
+SELF_CHECK = "## Self-check questions"
+
+
+def self_check_pairs(nb):
+    """[(question number, answered right below it)] of a chapter's self-check questions: the
+    Markdown from "## Self-check questions" to the next heading of its level, read as a sequence
+    of numbered questions ("3. ...") and answer toggles (an ``{admonition} Answer`` with
+    ``:class: dropdown``, chapter 1's form).  A question is answered right below when the next
+    thing after it is its toggle, before the next question; answers collected after all the
+    questions ("{dropdown} Answer 3") count for none."""
+    import re
+
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    if SELF_CHECK not in md:
+        return []
+    section = md.split(SELF_CHECK, 1)[1]
+    end = re.search(r"^## ", section, flags=re.M)
+    section = section[:end.start()] if end else section
+    events = []
+    for m in re.finditer(r"^(\d+)\. |^```+\{admonition\} Answer\s*\n:class: dropdown\s*$", section, flags=re.M):
+        events.append(int(m.group(1)) if m.group(1) else "answer")
+    pairs = []
+    for i, event in enumerate(events):
+        if event != "answer":
+            pairs.append((event, i + 1 < len(events) and events[i + 1] == "answer"))
+    return pairs

@@ -95,6 +95,15 @@ def test_every_glue_reference_is_glued_and_the_page_ends_as_a_chapter_does(ch11)
     assert len(figures) == 1                            # the table as a picture
 
 
+def test_the_heatmap_labels_are_readable_at_the_columns_width():
+    """The mutants' labels at 9 points (7 came out about 7 pixels high on the site), on a figure
+    whose height grows with the number of mutants, so that the rows stay apart."""
+    nb = nbformat.read(CH11, as_version=4)
+    code = next(c.source for c in nb.cells if c.cell_type == "code" and "ax.imshow(caught" in c.source)
+    assert "ax.set_yticks(range(len(results)), labels, fontsize=9)" in code
+    assert "figsize=(7.5, 0.3 * len(results) + 1)" in code
+
+
 def test_the_page_shows_changes_never_the_builders_code(ch11):
     """The mutants appear as their one-line changes; no two consecutive lines of the attention
     tail's source, and no definition of a graded function (chapters 9 and 10's included, graded

@@ -130,6 +130,22 @@ def test_the_chapter_builds_on_a_one_core_machine_with_little_memory(tmp_path):
     assert figures(nb) >= 5
 
 
+def test_the_split_k_example_says_the_splits_its_table_shows(ch8):
+    nb, g = ch8
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "split_ranges(1000, 64, S)" in c.source)
+    shown = "".join(out["data"]["text/markdown"] for out in cell.outputs if "text/markdown" in out.get("data", {}))
+    rows = [line.strip("|").split("|") for line in shown.splitlines()
+            if line.startswith("|") and not set(line) <= set("|-: ")]
+    assert rows[0][0].strip() == "splits"
+    splits = [int(r[0]) for r in rows[1:]]
+    assert len(splits) >= 2
+    want = ", ".join(map(str, splits[:-1])) + " and " + str(splits[-1])
+    assert g["ch8_split_counts"] == want
+    assert g["ch8_split_blocks"] == math.ceil(1000 / 64) == 16
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "split {glue:text}`ch8_split_counts` ways" in text and "1 to 8 ways" not in text
+
+
 def test_every_glue_reference_is_glued_and_prefixed(ch8):
     _, g = ch8
     nb = nbformat.read(CH8, as_version=4)

@@ -14,7 +14,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import execute, glued
+from chapter_notebooks import execute, glued, self_check_pairs
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,6 +228,28 @@ def test_ch4_measurements_are_positive_and_finite(ch4):
     assert figures(nb) >= 3          # roofline, batching, the measurement
 
 
+def test_appendix_leaves_room_for_the_last_words_labels():
+    nb = nbformat.read(APPX, as_version=4)
+    code = next(c.source for c in nb.cells if c.cell_type == "code" and "beam search wins the sequence" in c.source)
+    assert "ax.set_xlim(0.7, n_new + 0.6)" in code     # the labels sit right of their points
+
+
+def test_ch4_words_around_its_figures(ch4):
+    """The roofline's figure at batch 1 is a speed (TFLOP/s), its share of the A10's 125; the step it
+    measures computes what Chapter 1's `attend` does (attend is taught there, not in Chapter 2); the
+    measurement's figure names the last-level cache in a legend under the plots, off the data."""
+    nb, g = ch4
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "{glue:text}`ch4_a10_decode_tflops` TFLOP/s of its 125" in md
+    assert g["ch4_a10_decode_tflops"] == f"{600e9 / 1e12:.1f}"          # 600 GB/s at 1 operation per byte
+    assert "Chapter 1's `attend`" in md and "Chapter 2's attend" not in md
+    streams = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "same as Chapter 1's attend: True" in streams
+    code = next(c.source for c in nb.cells if c.cell_type == "code" and "axvline(plan.llc_bytes" in c.source)
+    assert "ax.text(" not in code and 'loc="outside lower center"' in code
+    assert 'label=f"last-level cache, {format_bytes(plan.llc_bytes)}"' in code
+
+
 def test_ch4_builds_on_a_machine_with_a_300_mib_cache_and_little_free_memory(tmp_path):
     """The machine of the bug report (a 300 MiB last-level cache) with 2 GiB free: the cache
     cannot be exceeded four times in a quarter of that memory, and the page says so and goes on.
@@ -283,7 +305,10 @@ def test_committed_chapters_have_no_outputs(path):
 def test_chapters_link_their_exercises(path, names):
     nb = nbformat.read(path, as_version=4)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    assert "Self-check questions" in text and "{dropdown}" in text
+    assert "Self-check questions" in text and "dropdown" in text
+    if path == CH4:                        # each answer a toggle right under its question
+        pairs = self_check_pairs(nb)
+        assert len(pairs) == 5 and all(answered for _, answered in pairs), pairs
     for name in names:
         link = f"../../exercises/{name}.ipynb"
         assert f"]({link})" in text

@@ -17,7 +17,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import execute, glued
+from chapter_notebooks import execute, glued, self_check_pairs
 from graders.answer_leaks import find_leaks
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
@@ -159,7 +159,11 @@ def test_ch5_eos_mid_batch(ch5):
     assert number(g["ch5_generated"]) <= number(g["ch5_generated_free"]) == 8 * 48
     assert 0 < number(g["ch5_eos_flops_share"]) <= 100
     assert 1 <= int(g["ch5_eos_last_live"]) <= 8 and 1 <= int(g["ch5_steps"]) <= 48
-    assert len(g["ch5_eos_ids"].split(", ")) >= 1
+    ids = g["ch5_eos_ids"].split(", ")
+    assert len(ids) == len(set(ids)) >= 1 and all(i.isdigit() for i in ids)
+    listed = ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
+    assert g["ch5_eos_sentence"] == (f"The {len(ids)} EOS ids are {listed}" if len(ids) > 1 else f"The EOS id is {listed}")
+    assert g["ch5_eos_batch"] == "8" and finished <= int(g["ch5_eos_batch"])
     assert number(g["ch5_step_full_ms"]) > 0 and number(g["ch5_step_one_ms"]) > 0
     longest = int(g["ch5_longest"])
     order = np.random.default_rng(5).permutation(np.linspace(longest // 8, longest, 8).round().astype(int))
@@ -195,6 +199,70 @@ def test_ch7_beam_search_trace(ch7):
     assert "the plain form agrees: True" in text
 
 
+def _table_after(nb, needle):
+    """The rows of the table a code cell (found by a line of its source) displays, as strings."""
+    cell = next(c for c in nb.cells if c.cell_type == "code" and needle in c.source)
+    shown = "".join(out["data"]["text/markdown"] for out in cell.outputs if "text/markdown" in out.get("data", {}))
+    rows = [[x.strip() for x in line.strip().strip("|").split("|")] for line in shown.splitlines()
+            if line.startswith("|") and not set(line) <= set("|-: ")]
+    return rows[0], rows[1:]
+
+
+def _listed(numbers):
+    numbers = [str(n) for n in numbers]
+    return numbers[0] if len(numbers) == 1 else ", ".join(numbers[:-1]) + " and " + numbers[-1]
+
+
+def test_ch7_text_counts_the_steps_as_the_table_does(ch7):
+    """Steps are counted from 0 in the table, the figure and the text: the steps the text names (where
+    two beams share a parent, where hypotheses finished) are the table's rows with that property."""
+    nb, g = ch7
+    header, rows = _table_after(nb, '["step", "parents", "new tokens", "running scores"')
+    assert header[:2] == ["step", "parents"] and header[-1] == "finished"
+    steps = [int(r[0]) for r in rows]
+    assert steps == list(range(len(rows))) and g["ch7_last_step"] == str(steps[-1])
+    K = 3
+    shared = [int(r[0]) for r in rows[1:-1] if len(set(json.loads(r[1]))) < K]
+    assert g["ch7_repeat_sentence"].startswith(f"At step{'s' if len(shared) > 1 else ''} {_listed(shared)} two")
+    # finished hypotheses: at every step where the kept list grows, and where better ones replace
+    # some of a full list (the table shows the count only: those steps are among its rows)
+    counts = [int(r[-1]) for r in rows]
+    grew = [s for s, c, before in zip(steps, counts, [0] + counts) if c > before]
+    listed = [int(x) for x in re.findall(r"\d+", g["ch7_finish_where"])]
+    assert grew and set(grew) <= set(listed) <= set(steps) and listed == sorted(listed)
+    assert g["ch7_finish_where"] == f"step{'s' if len(listed) > 1 else ''} {_listed(listed)} here"
+    assert counts[-1] == K or g["ch7_last_sentence"].startswith("The search stopped")
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "Steps are counted from 0, in the table, the figure and the\ntext alike" in md
+    assert "the first finished at\nstep" not in md
+
+
+def test_ch7_measurement_words_follow_the_measured_values(ch7):
+    """The sentence that compares the measured speedup with the FLOPs' says, at each end, "below",
+    "above" or "close to" (within 25%) as the glued figures say, and never "below ... and below it"."""
+    _, g = ch7
+    sentence = g["ch7_meas_sentence"]
+    words = []
+    for measured, predicted in (("ch7_meas_small", "ch7_pred_small"), ("ch7_meas_large", "ch7_pred_large")):
+        m, p = number(g[measured]), number(g[predicted])
+        if abs(m / p - 1) <= 0.25 * 0.99:
+            words.append("close to")
+        elif abs(m / p - 1) > 0.25 * 1.01:
+            words.append("above" if m > p else "below")
+        else:
+            return                               # on the boundary, where the rounding of the glue decides
+    small, large = g["ch7_meas_small_n"], g["ch7_meas_large_n"]
+    if words[0] == words[1]:
+        assert sentence.endswith(f"The measured speedup is {words[0]} the prediction at both {small} and {large} tokens")
+    else:
+        assert sentence.endswith(f"The measured speedup is {words[0]} the prediction at {small} tokens "
+                                 f"and {words[1]} it at {large}")
+    assert f"at {large} tokens, {g['ch7_meas_large']} times " in sentence or "about as fast" in sentence
+    assert "than it," not in sentence
+    if number(g["ch7_meas_large"]) > 1.05:           # the summary's words for the longest context
+        assert g["ch7_meas_large_words"] == f"{g['ch7_meas_large']} times faster"
+
+
 def test_ch7_measurement_is_reported(ch7):
     _, g = ch7
     for key in ("ch7_meas_small", "ch7_meas_large", "ch7_cached_small_ms", "ch7_cached_large_ms", "ch7_fixed_ms"):
@@ -202,7 +270,7 @@ def test_ch7_measurement_is_reported(ch7):
     assert int(g["ch7_meas_small_n"]) == 16 and number(g["ch7_meas_large_n"]) in (64, 128, 256, 512, 1024, 2048, 4096)
     assert g["ch7_pred_large"] == f"{recompute_flops(int(number(g['ch7_meas_large_n']))) / cached_flops(int(number(g['ch7_meas_large_n']))):,.0f}"
     assert g["ch7_plan"].startswith("Contexts from 16 to")
-    assert "predicted by the FLOPs" in g["ch7_meas_sentence"]
+    assert "against a predicted" in g["ch7_meas_sentence"]
 
 
 # ---------------------------------------------------------------- both chapters
@@ -229,7 +297,8 @@ def test_chapter_structure(path, names):
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
     md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert md.lstrip().startswith("# ") and md.count("\n# ") == 0
-    assert "## Self-check questions" in md and md.count("{dropdown}") >= 5
+    pairs = self_check_pairs(nb)                # each answer a toggle right under its question
+    assert len(pairs) >= 5 and all(answered for _, answered in pairs), pairs
     assert md.index("## Self-check questions") < md.index("## Exercises")
     for name in names:
         link = f"../../exercises/{name}.ipynb"
@@ -245,6 +314,22 @@ def test_chapter_structure(path, names):
     for hidden in ("decode_attention", "batched_decode_step", "_gather", "attend_new_tokens", "reorder"):
         assert not re.search(rf"show_source\([^)]*{hidden}", code), hidden
     assert "torch" not in code and "transformers import" not in code
+
+
+@pytest.mark.parametrize("path", [CH5, CH7])
+def test_the_comparison_with_transformers_is_told_in_words(path):
+    """A reader of the site cannot open the course's test files: the page says what they check
+    (transformers' LlamaForCausalLM, float64, the tolerance), and names a file only as a place in
+    the course's repository, in the same paragraph."""
+    md = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    paragraphs = [p for p in re.split(r"\n\s*\n", md) if "tests/" in p]
+    assert paragraphs
+    for paragraph in paragraphs:
+        assert "the course's repository" in paragraph, paragraph[:80]
+        assert "see `tests/" not in paragraph
+    told = md[:md.index(paragraphs[-1]) + len(paragraphs[-1])]
+    for words in ("`LlamaForCausalLM`", "float64", "$10^{-5}$", "float32 even in a float64 model"):
+        assert words in told, words
 
 
 @pytest.mark.parametrize("which", ["ch5", "ch7"])
@@ -496,4 +581,44 @@ def test_the_diagrams_draw_what_they_are_given():
     draw_beam_tree(c, trace, best=[5, 9], max_new_tokens=4)
     labels = [t.get_text() for t in c.texts]
     assert "9" in labels and "prompt" in labels and "3" not in labels     # the last step: all end
+    plt.close(fig)
+
+
+def _trace(*steps):
+    return [{"step": t, "parents": p, "tokens": k, "finished": f} for t, (p, k, f) in enumerate(steps)]
+
+
+def test_finish_steps_are_the_steps_whose_kept_hypotheses_change():
+    from coursebook.engine_figures import finish_steps
+    trace = _trace(([0, 0], [5, 6], []), ([0, 1], [7, 8], [-1.0]), ([0, 1], [1, 2], [-1.0]),
+                   ([1, 0], [3, 4], [-1.0, -2.0]), ([0, 0], [2, 2], [-0.5, -1.0]))   # the last: a better one in
+    assert finish_steps(trace) == [1, 3, 4]
+    assert finish_steps(_trace(([0, 0], [5, 6], []), ([1, 1], [7, 8], []))) == []
+
+
+def test_the_beam_tree_numbers_its_steps_as_the_trace_does_and_says_what_its_marks_are():
+    """Step t's beams are drawn at x = t (the trace's own count, from 0; the prompt left of step 0),
+    the red squares at the steps finish_steps names, the returned hypothesis's end at its last
+    token's step; a legend names every kind of mark."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from coursebook.engine_figures import draw_beam_tree
+
+    trace = _trace(([0, 0], [5, 6], []), ([0, 1], [7, 8], [-1.0]), ([0, 1], [1, 2], [-1.0]),
+                   ([0, 1], [3, 4], [-1.0, -2.0]))
+    fig, ax = plt.subplots()
+    draw_beam_tree(ax, trace, best=[5, 9], max_new_tokens=4)
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["prefill", "0", "1", "2", "3"] and list(ax.get_xticks()) == [-1, 0, 1, 2, 3]
+    assert "counted from 0" in ax.get_xlabel()
+    token_x = {t.get_text(): t.get_position()[0] for t in ax.texts if t.get_color() == "black"}
+    assert token_x["5"] == token_x["6"] == 0 and token_x["1"] == 2 and token_x["prompt"] == -1
+    red = sorted(line.get_xdata()[0] for line in ax.lines if line.get_marker() == "s" and line.get_color() == "tab:red")
+    assert red == [1, 3]                                   # the steps where hypotheses finished
+    ends = [line.get_xdata()[0] for line in ax.lines if line.get_marker() == "s" and line.get_color() == "black"]
+    assert ends == [1]                                     # [5, 9] ended at EOS with its second token: step 1
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["running beam (its new token above)", "hypotheses finished (how many kept)",
+                      "the returned hypothesis", "its last token (it ends there)"]
     plt.close(fig)

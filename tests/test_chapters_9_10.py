@@ -17,7 +17,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import execute, glued
+from chapter_notebooks import execute, glued, self_check_pairs
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,6 +170,44 @@ def test_ch10_exact_figures(ch10):
     assert g["ch10_jump_5"] == "1,031" and g["ch10_step_6"] == "263"
 
 
+def test_ch10_names_each_per_token_growth_by_its_span(ch10):
+    """Two growths of a step per extra token: +455 (recompute) and +89 (cached) from 16 to 32 tokens,
+    and +436 and +89 on average over a 32-token generation (from the first token to the 32nd, whose
+    31 steps hold seven of the recompute step's jumps).  The text says which is which, everywhere."""
+    nb, g = ch10
+    recompute = [2460]             # at L = 1; then +263 within a block of four rows, +1,031 at L = 5, 9, ...
+    for L in range(2, 33):
+        recompute.append(recompute[-1] + (1031 if L % 4 == 1 else 263))
+    assert g["ch10_r1"] == "2,460" and g["ch10_r32_step"] == f"{recompute[-1]:,}"
+    assert g["ch10_per_token_r"] == f"{(recompute[31] - recompute[0]) / 31:.0f}" == "436"
+    assert g["ch10_slope_r"] == f"{(recompute[31] - recompute[15]) / 16:.0f}" == "455"
+    assert g["ch10_per_token_c"] == g["ch10_slope_c"] == "89"
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    summary = md[md.index("## Summary"):md.index("## Self-check questions")]
+    bullet = next(b for b in summary.split("\n- ") if "ch10_per_token_r" in b)
+    assert "on average over the 32-token generation" in bullet
+    assert "{glue:text}`ch10_slope_r` against {glue:text}`ch10_slope_c` from 16 to 32 tokens" in bullet
+    body = md[:md.index("## Summary")]
+    assert "From 16 to 32 tokens the recompute step grows by about\n{glue:text}`ch10_slope_r`" in body
+    assert "On average over the\ngeneration, from the first token to the 32nd" in body
+
+
+def test_ch10_pipeline_legend_is_off_the_data():
+    nb = nbformat.read(CH10, as_version=4)
+    code = next(c.source for c in nb.cells if c.cell_type == "code" and 'title="The GA-2 pipeline"' in c.source)
+    assert 'ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22)' in code    # under the axis
+
+
+def test_ch10_counts_cache_rows_from_0_as_it_counts_tokens(ch10):
+    nb, g = ch10
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    answer = md[md.index("5. In the listing for $L = 3$"):md.index("6. Why does the ratio")]
+    assert "third row" not in answer and "row 4" not in answer
+    assert "row 2 of\nthe key cache, token 2's" in answer and "land in row 3, token 3's place" in answer
+    # the key of token 2 (the third) goes to EXT word 2048 + 2 rows of 16
+    assert g["ch10_append_dst"] == f"{2048 + 2 * 16}"
+
+
 def test_ch10_cycle_table_is_the_published_one(ch10):
     nb, _ = ch10
     shown = "\n".join("".join(out.get("data", {}).get("text/markdown", "")) for cell in nb.cells
@@ -259,7 +297,8 @@ def test_committed_chapters_have_no_outputs_and_self_checks(path):
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    assert "## Self-check questions" in text and text.count("{dropdown}") >= 5
+    pairs = self_check_pairs(nb)                # each answer a toggle right under its question
+    assert len(pairs) >= 5 and all(answered for _, answered in pairs), pairs
     assert not re.search(r"\bseeds?\b", "\n".join(c.source for c in nb.cells), flags=re.IGNORECASE)
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import coursebook
-from coursebook import (glue_all, glue_prose, growth_word, matrix, rel_err, relation_word, show_source, table,
-                        times_word, vec)
+from coursebook import (against_prediction, and_join, glue_all, glue_prose, growth_word, matrix, rel_err,
+                        relation_word, show_source, table, times_word, vec)
 from coursebook.display import GradedSourceError
 from coursebook.style import FIGURE_STYLE
 
@@ -100,6 +100,7 @@ def test_words_for_measured_figures():
     assert times_word(3.24) == "3.2 times faster than"
     assert times_word(1.02) == "about as fast as"
     assert times_word(0.4) == "2.5 times slower than"            # a loaded machine can invert a ratio
+    assert times_word(1234.4) == "1,234 times faster than"
     with pytest.raises(ValueError):
         times_word(0.0)
     assert relation_word(600, 50) == "above" and relation_word(50, 600) == "below"
@@ -108,6 +109,42 @@ def test_words_for_measured_figures():
         "close to linear", "between linear and quadratic", "close to quadratic", "faster than quadratic"]
     a = np.array([[1.0, 0.0], [0.0, 2.0]])
     assert rel_err(a, a) == 0.0 and rel_err(a * 1.01, a) == pytest.approx(0.01)
+
+
+def test_lists_for_a_sentence():
+    assert and_join([5]) == "5" and and_join([5, 9]) == "5 and 9"
+    assert and_join([1, 2, 3, 5]) == "1, 2, 3 and 5"
+    assert and_join(x for x in ("316", "11", "788")) == "316, 11 and 788"
+    with pytest.raises(ValueError):
+        and_join([])
+
+
+@pytest.mark.parametrize("measured,words", [
+    ((1.6, 515.0), "The measurement is below the prediction at both 16 and 2,048 tokens"),
+    ((20.0, 2000.0), "The measurement is above the prediction at both 16 and 2,048 tokens"),
+    ((13.0, 1300.0), "The measurement is close to the prediction at both 16 and 2,048 tokens"),
+    ((1.6, 2000.0), "The measurement is below the prediction at 16 tokens and above it at 2,048"),
+    ((20.0, 515.0), "The measurement is above the prediction at 16 tokens and below it at 2,048"),
+    ((13.0, 515.0), "The measurement is close to the prediction at 16 tokens and below it at 2,048"),
+    ((1.6, 1300.0), "The measurement is below the prediction at 16 tokens and close to it at 2,048"),
+])
+def test_a_measurement_against_its_prediction_in_every_case(measured, words):
+    assert against_prediction(measured, (13.6, 1234.0), (16, 2048)) == words
+
+
+def test_a_measurement_against_its_prediction_at_one_or_many_places():
+    assert against_prediction([1.0], [2.0], [64]) == "The measurement is below the prediction at 64 tokens"
+    assert against_prediction(np.array([1.0, 3.0, 9.0]), [1.0, 4.0, 8.0], np.array([16, 512, 4096]),
+                              unit="positions", tolerance=0.05) == (
+        "The measurement is close to the prediction at 16 positions, below it at 512 and above it at 4,096")
+    assert against_prediction([5.0, 5.0, 5.0], [1.0, 1.0, 1.0], [1, 2, 3]) == (
+        "The measurement is above the prediction at each of 1, 2 and 3 tokens")
+    assert against_prediction([1.1], [1.0], ["L = 3"], unit="", subject="The chip") == \
+        "The chip is close to the prediction at L = 3"
+    with pytest.raises(ValueError, match="one prediction and one place"):
+        against_prediction([1.0, 2.0], [1.0], [16, 32])
+    with pytest.raises(ValueError):
+        against_prediction([], [], [])
 
 
 def test_glue_helpers_check_their_names():
