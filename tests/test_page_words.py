@@ -42,13 +42,9 @@ def test_no_page_source_says_seed(path):
 
 
 CHAPTERS = sorted((ROOT / "book" / "chapters").glob("*.ipynb"))
-# chapter 3 still lists its answers after all its questions (it is being rewritten on its own)
-ANSWERS_AFTER_ALL_QUESTIONS = {"03_cache_memory.ipynb"}
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="answers collected after the questions"))
-    if p.name in ANSWERS_AFTER_ALL_QUESTIONS else p for p in CHAPTERS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
 def test_every_self_check_answer_is_a_toggle_under_its_question(path):
     from chapter_notebooks import self_check_pairs
 
