@@ -25,6 +25,9 @@ __all__ = ["causal_attention", "attend_new_tokens", "decode_attention", "batched
 
 # Queries per block in attend_new_tokens: bounds the (H, n, t) score matrix of a long prompt.
 QUERY_BLOCK = 512
+# Multiply-adds of one (r, d) @ (d, block) product in decode_attention: small enough that BLAS
+# multiplies the keys where they lie, without first copying them into a layout of its own.
+SMALL_PRODUCT = 256 * 128 * 4
 
 
 def softmax_inplace(scores: np.ndarray) -> np.ndarray:
@@ -72,6 +75,46 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return attend_new_tokens(q, k.transpose(1, 0, 2), v.transpose(1, 0, 2))
 
 
+def _scores(qg: np.ndarray, K: np.ndarray, block: int) -> np.ndarray:
+    """Every query head against every key: qg (B, G, r, d), K (B, G, T, d) -> (B, G, r, T).
+
+    One product per (b, g), (r, d) @ (d, T), when it is a matrix-vector product (r = 1: BLAS
+    streams K as it lies, on all its threads) or small (T <= block).  Otherwise the keys are cut
+    into blocks of ``block`` positions, (r, d) @ (d, block) each: BLAS copies a large operand into
+    its own layout before multiplying (reading and writing the whole cache once more), a small
+    one it multiplies where it lies.
+    """
+    B, G, r, d = qg.shape
+    T = K.shape[2]
+    if r == 1 or T <= block:
+        return qg @ K.transpose(0, 1, 3, 2)
+    n = T // block
+    full = n * block                                     # positions in whole blocks; the rest: one product
+    s = np.empty((B, G, r, T), qg.dtype)
+    Kb = K[:, :, :full].reshape(B, G, n, block, d)                        # (B, G, n, c, d)
+    sb = qg[:, :, None] @ Kb.transpose(0, 1, 2, 4, 3)                     # (B, G, n, r, c)
+    s[..., :full] = sb.transpose(0, 1, 3, 2, 4).reshape(B, G, r, full)
+    if full < T:
+        s[..., full:] = qg @ K[:, :, full:].transpose(0, 1, 3, 2)
+    return s
+
+
+def _weighted_values(p: np.ndarray, V: np.ndarray, block: int) -> np.ndarray:
+    """sum_t p[..., t] V[..., t, :]: p (B, G, r, T), V (B, G, T, d) -> (B, G, r, d), by blocks of
+    positions as ``_scores`` (each block's (r, d) partial sum, then the sum over blocks)."""
+    B, G, r, T = p.shape
+    d = V.shape[3]
+    if r == 1 or T <= block:
+        return p @ V
+    n = T // block
+    full = n * block
+    pb = p[..., :full].reshape(B, G, r, n, block).transpose(0, 1, 3, 2, 4)   # (B, G, n, r, c)
+    out = (pb @ V[:, :, :full].reshape(B, G, n, block, d)).sum(axis=2)        # (B, G, n, r, d) -> (B, G, r, d)
+    if full < T:
+        out += p[..., full:] @ V[:, :, full:]
+    return out
+
+
 def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """One decode step for B sequences of different lengths, grouped heads.
 
@@ -83,24 +126,21 @@ def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths: np.nd
     cache only ever stores finite values there, zeros or rows it has forgotten).
 
     scores (B, G, r, T) = q K^T / sqrt(d), -inf at positions >= lengths[b]; softmax over T;
-    out = scores V.  The products are taken with the long axis T first, (T, d) @ (d, r) and
-    (d, T) @ (T, r): the same numbers, but BLAS then streams the cache instead of splitting a
-    product with r rows.  The step is bound by reading K and V once.
+    out = scores V.  The r query heads of a group are multiplied with its keys together, so K and
+    V are read once per step, not once per query head: the step is bound by that read.
     """
     B, H, d = q.shape
     G, T = K.shape[1], K.shape[2]
     r = H // G
-    qg = q.reshape(B, G, r, d)                           # query heads g*r .. g*r + r - 1 share kv head g
-    s = K @ qg.transpose(0, 1, 3, 2)                     # (B, G, T, d) @ (B, G, d, r) -> (B, G, T, r)
-    s = s.transpose(0, 1, 3, 2).copy()                   # (B, G, r, T): the softmax runs along rows
-    s *= 1.0 / np.sqrt(d)
+    block = max(1, SMALL_PRODUCT // (r * d))            # key positions per product
+    qg = q.reshape(B, G, r, d) * q.dtype.type(1 / np.sqrt(d))    # heads g*r .. g*r + r - 1 share kv head g
+    s = _scores(qg, K, block)                            # (B, G, r, T)
     lengths = np.asarray(lengths)
     if lengths.min() < T:                                # some sequence is shorter than the buffer
         beyond = np.arange(T)[None, :] >= lengths[:, None]          # (B, T)
         np.copyto(s, -np.inf, where=beyond[:, None, None, :])
     p = softmax_inplace(s)
-    o = V.transpose(0, 1, 3, 2) @ p.transpose(0, 1, 3, 2)   # (B, G, d, T) @ (B, G, T, r) -> (B, G, d, r)
-    return o.transpose(0, 1, 3, 2).reshape(B, H, d)
+    return _weighted_values(p, V, block).reshape(B, H, d)
 
 
 def batched_decode_step(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths) -> np.ndarray:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from kvcache.gqa import attend_new_tokens, causal_attention, decode_attention
@@ -89,3 +90,43 @@ def test_decode_attention_uses_each_length():
             s = K[b, g, :t] @ q[b, h] / 2.0
             w = np.exp(s - s.max())
             np.testing.assert_allclose(out[b, h], (w / w.sum()) @ V[b, g, :t], rtol=1e-12)
+
+
+def one_head_decode(q, K, V, t):
+    """softmax(K[:t] q / sqrt(d)) V[:t] for one query head and its key/value head."""
+    s = K[:t] @ q / np.sqrt(len(q))
+    w = np.exp(s - s.max())
+    return (w / w.sum()) @ V[:t]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**16), st.sampled_from([1, 2, 4]), st.integers(1, 3), st.booleans())
+def test_decode_attention_over_many_key_blocks(seed, r, G, transposed):
+    """Long caches are multiplied block by block (whole blocks, then the positions left over):
+    every length, inside a block, on a block's edge and in the last partial block, gives plain
+    attention; finite junk past a length changes nothing; a strided view (the paged cache's
+    gather, [B, T, G, d] transposed) gives the same as a contiguous buffer."""
+    import kvcache.gqa as gqa
+
+    rng = np.random.default_rng(seed)
+    d, B, block = 8, 3, 16
+    T = 2 * block + int(rng.integers(0, block))                  # two whole blocks and a partial one
+    lengths = np.array([T, block, int(rng.integers(1, T))])
+    if transposed:
+        K = rng.standard_normal((B, T, G, d)).transpose(0, 2, 1, 3)
+        V = rng.standard_normal((B, T, G, d)).transpose(0, 2, 1, 3)
+    else:
+        K, V = rng.standard_normal((B, G, T, d)), rng.standard_normal((B, G, T, d))
+    q = rng.standard_normal((B, G * r, d))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gqa, "SMALL_PRODUCT", block * r * d)       # blocks of 16 positions
+        out = decode_attention(q, K, V, lengths)
+        K_junk, V_junk = np.array(K), np.array(V)
+        K_junk[2, :, lengths[2]:], V_junk[2, :, lengths[2]:] = 1e6, -1e6
+        np.testing.assert_array_equal(decode_attention(q, K_junk, V_junk, lengths)[2], out[2])
+        q32, K32, V32 = q.astype(np.float32), K.astype(np.float32), V.astype(np.float32)
+        assert decode_attention(q32, K32, V32, lengths).dtype == np.float32
+    for b, t in enumerate(lengths):
+        for h in range(G * r):
+            np.testing.assert_allclose(out[b, h], one_head_decode(q[b, h], K[b, h // r], V[b, h // r], t),
+                                       rtol=1e-10, atol=1e-12)
