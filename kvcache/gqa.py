@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .linear import SMALL_PRODUCT     # the most multiply-adds OpenBLAS takes without copying
+
 __all__ = ["causal_attention", "attend_new_tokens", "decode_attention", "batched_decode_step",
            "softmax_inplace"]
 
 # Queries per block in attend_new_tokens: bounds the (H, n, t) score matrix of a long prompt.
 QUERY_BLOCK = 512
-# Multiply-adds of one (r, d) @ (d, block) product in decode_attention: small enough that BLAS
-# multiplies the keys where they lie, without first copying them into a layout of its own.
-SMALL_PRODUCT = 256 * 128 * 4
 
 
 def softmax_inplace(scores: np.ndarray) -> np.ndarray:

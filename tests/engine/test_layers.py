@@ -130,3 +130,24 @@ def test_decode_attention_over_many_key_blocks(seed, r, G, transposed):
         for h in range(G * r):
             np.testing.assert_allclose(out[b, h], one_head_decode(q[b, h], K[b, h // r], V[b, h // r], t),
                                        rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 20), st.integers(1, 70), st.integers(1, 9))
+def test_linear_for_any_number_of_rows(seed, rows, out, width):
+    """x W^T, whichever way it is taken (a matrix-vector product, W in blocks of rows with the
+    rows left over, or as written): the product of its definition, in the inputs' dtype."""
+    import kvcache.linear as linear_module
+
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal((rows, width)), rng.standard_normal((out, width))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(linear_module, "SMALL_PRODUCT", 3 * width * rows)     # blocks of 3 rows of w
+        patch.setattr(linear_module, "BLOCK_ROWS", 8)
+        got = linear_module.linear(x, w)
+        got32 = linear_module.linear(x.astype(np.float32), w.astype(np.float32))
+    want = np.einsum("ni,oi->no", x, w)
+    assert got.shape == (rows, out)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, want, rtol=1e-4, atol=1e-4)
