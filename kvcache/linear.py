@@ -20,7 +20,7 @@ __all__ = ["linear", "BLOCK_ROWS", "FEW_ROWS", "SMALL_PRODUCT"]
 
 BLOCK_ROWS = 4                  # up to this many rows, W in blocks of rows
 FEW_ROWS = 16                   # up to this many rows, (W x^T)^T
-SMALL_PRODUCT = 256 * 128 * 4   # multiply-adds of a product OpenBLAS takes without copying
+SMALL_PRODUCT = 256 * 128 * 4   # multiply-adds of a block product (OpenBLAS takes it without copying)
 
 
 def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:

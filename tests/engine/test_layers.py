@@ -119,7 +119,7 @@ def test_decode_attention_over_many_key_blocks(seed, r, G, transposed):
         K, V = rng.standard_normal((B, G, T, d)), rng.standard_normal((B, G, T, d))
     q = rng.standard_normal((B, G * r, d))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gqa, "SMALL_PRODUCT", block * r * d)       # blocks of 16 positions
+        patch.setattr(gqa, "BLOCK_PRODUCT", block * r * d)       # blocks of 16 positions
         out = decode_attention(q, K, V, lengths)
         K_junk, V_junk = np.array(K), np.array(V)
         K_junk[2, :, lengths[2]:], V_junk[2, :, lengths[2]:] = 1e6, -1e6
@@ -151,3 +151,31 @@ def test_linear_for_any_number_of_rows(seed, rows, out, width):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     assert got32.dtype == np.float32
     np.testing.assert_allclose(got32, want, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 5), st.integers(1, 4), st.integers(2, 3))
+def test_decode_attention_cut_across_threads_is_the_same(seed, B, G, threads):
+    """A large grouped step is cut into parts, by sequences or by key/value heads, computed on
+    several threads: the same numbers as one thread, every length respected."""
+    import kvcache.gqa as gqa
+
+    rng = np.random.default_rng(seed)
+    r, d, T = 2, 8, 40
+    q = rng.standard_normal((B, G * r, d))
+    K, V = rng.standard_normal((B, G, T, d)), rng.standard_normal((B, G, T, d))
+    lengths = rng.integers(1, T + 1, size=B)
+    alone = decode_attention(q, K, V, lengths)                 # 51 KiB: under PARALLEL_BYTES
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gqa, "PARALLEL_BYTES", 0)
+        patch.setattr(gqa, "blas_threads", lambda: threads)
+        calls = []
+        patch.setattr(gqa, "_split_across_threads",
+                      lambda *a, f=gqa._split_across_threads: calls.append(a[-1]) or f(*a))
+        split = decode_attention(q, K, V, lengths)
+    assert calls == ([min(threads, max(B, G))] if max(B, G) > 1 else [])
+    np.testing.assert_allclose(split, alone, rtol=1e-12, atol=1e-14)
+    for b, t in enumerate(lengths):
+        for h in range(G * r):
+            np.testing.assert_allclose(split[b, h], one_head_decode(q[b, h], K[b, h // r], V[b, h // r], t),
+                                       rtol=1e-10, atol=1e-12)
