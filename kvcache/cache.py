@@ -23,8 +23,9 @@ and ``new_cache(kind, ...)`` / ``generate.greedy(..., cache=kind)`` select it.  
 registers "paged" (fixed-size blocks from one pool, with block tables).  ``KVCache`` holds the layers of one model, checks that a step fits before any layer
 writes (``reserve``), and applies reorder/select/crop to every layer.
 
-New tokens arrive packed: k, v (N, G, d) with N = sum(counts), row 0's tokens first.  Decode is
-the case counts = [1, ..., 1] (N = B).
+New tokens arrive packed: k, v (N, G, d) with N = sum(counts), row 0's tokens first, every
+counts[b] >= 1 (``KVCache.reserve`` checks it).  Decode is the case counts = [1, ..., 1], which
+is exactly the case N = B, so a layer tells it by the number of rows alone.
 """
 from __future__ import annotations
 
