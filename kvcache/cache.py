@@ -23,8 +23,9 @@ and ``new_cache(kind, ...)`` / ``generate.greedy(..., cache=kind)`` select it.  
 registers "paged" (fixed-size blocks from one pool, with block tables).  ``KVCache`` holds the layers of one model, checks that a step fits before any layer
 writes (``reserve``), and applies reorder/select/crop to every layer.
 
-New tokens arrive packed: k, v (N, G, d) with N = sum(counts), row 0's tokens first.  Decode is
-the case counts = [1, ..., 1] (N = B).
+New tokens arrive packed: k, v (N, G, d) with N = sum(counts), row 0's tokens first, every
+counts[b] >= 1 (``KVCache.reserve`` checks it).  Decode is the case counts = [1, ..., 1], which
+is exactly the case N = B, so a layer tells it by the number of rows alone.
 """
 from __future__ import annotations
 
@@ -138,22 +139,24 @@ class ContiguousLayerCache(LayerCache):
 
     def _store(self, buf, scales, rows, x) -> None:
         """Write rows x (..., d) at ``rows`` (an index into buf) in the storage format."""
+        if scales is None:
+            buf[rows] = x                                       # (numpy casts to the storage dtype)
+            return
         data, scale = self.format.encode(x)
         buf[rows] = data
-        if scales is not None:
-            scales[rows] = scale
+        scales[rows] = scale
 
     def update(self, k: np.ndarray, v: np.ndarray, counts: np.ndarray) -> None:
         """Append counts[b] new positions to row b.  k, v (N, G, d) packed, N = sum(counts).
 
         Room is checked by ``KVCache.reserve`` before the model computes anything."""
         B = self.batch
-        start = self._lengths[:B].copy()
-        if len(counts) == B and np.all(counts == 1):           # decode: one position per row
-            at = (np.arange(B), slice(None), start)             # [b, :, lengths[b]] -> (B, G, d)
+        if len(k) == B:                       # decode (counts >= 1 sum to N = B): one position per row
+            at = (np.arange(B), slice(None), self._lengths[:B])    # [b, :, lengths[b]] -> (B, G, d)
             self._store(self.k, self.k_scale, at, k)
             self._store(self.v, self.v_scale, at, v)
         else:                                                   # prefill: counts[b] positions
+            start = self._lengths[:B].copy()
             off = 0
             for b, n in enumerate(counts):
                 at = (b, slice(None), slice(start[b], start[b] + n))   # (G, n, d)
@@ -174,7 +177,7 @@ class ContiguousLayerCache(LayerCache):
         """q (N, H, d): the newest counts[b] queries of row b (already in the cache)  ->  (N, H, d)."""
         B = self.batch
         lengths = self._lengths[:B]
-        if len(counts) == B and np.all(counts == 1):
+        if len(q) == B:                                         # decode: one query per row
             T = int(lengths.max())
             K = self._read(self.k, self.k_scale, slice(0, B), slice(0, T))   # (B, G, T, d)
             V = self._read(self.v, self.v_scale, slice(0, B), slice(0, T))
@@ -285,11 +288,12 @@ class KVCache:
 
         Raises CacheFullError (naming the sequence) when one would pass ``max_len``."""
         counts = np.asarray(counts)
-        if counts.shape != (self.batch,) or not np.issubdtype(counts.dtype, np.integer) or (counts < 1).any():
+        if counts.shape != (self.batch,) or counts.dtype.kind not in "iu" \
+                or counts.min(initial=1) < 1:
             raise ValueError(f"a step needs one count >= 1 per sequence ({self.batch}), got {counts!r}")
-        over = np.flatnonzero(self.lengths + counts > self.max_len)
-        if len(over):
-            b = int(over[0])
+        lengths = self.lengths
+        if (lengths + counts).max(initial=0) > self.max_len:
+            b = int(np.flatnonzero(lengths + counts > self.max_len)[0])
             raise CacheFullError(f"sequence {b} holds {int(self.lengths[b])} tokens: {int(counts[b])} more "
                                  f"would pass the cache's max_len of {self.max_len}")
         return counts.astype(np.int64)

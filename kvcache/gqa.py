@@ -18,13 +18,26 @@ Both compute in the dtype of their inputs (float32 or float64) and return new ar
 """
 from __future__ import annotations
 
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
+
+from .machine import blas_threads
 
 __all__ = ["causal_attention", "attend_new_tokens", "decode_attention", "batched_decode_step",
            "softmax_inplace"]
 
 # Queries per block in attend_new_tokens: bounds the (H, n, t) score matrix of a long prompt.
 QUERY_BLOCK = 512
+# Multiply-adds of one (r, d) @ (d, block) product of decode_attention over a long cache: small
+# enough that OpenBLAS multiplies the keys where they lie instead of copying them first (and, on
+# this machine, half the largest such product streams the keys faster than the largest).
+BLOCK_PRODUCT = 128 * 128 * 4
+# Bytes of keys and values from which a grouped decode step is worth cutting across threads.
+PARALLEL_BYTES = 32 * 2**20
+_pool = None            # the threads that compute the parts (made on first use)
 
 
 def softmax_inplace(scores: np.ndarray) -> np.ndarray:
@@ -72,6 +85,68 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return attend_new_tokens(q, k.transpose(1, 0, 2), v.transpose(1, 0, 2))
 
 
+def _scores(qg: np.ndarray, K: np.ndarray, block: int) -> np.ndarray:
+    """Every query head against every key: qg (B, G, r, d), K (B, G, T, d) -> (B, G, r, T).
+
+    One product per (b, g), (r, d) @ (d, T), when it is a matrix-vector product (r = 1: BLAS
+    streams K as it lies, on all its threads) or small (T <= block).  Otherwise the keys are cut
+    into blocks of ``block`` positions, (r, d) @ (d, block) each: BLAS copies a large operand into
+    its own layout before multiplying (reading and writing the whole cache once more), a small
+    one it multiplies where it lies.
+    """
+    B, G, r, d = qg.shape
+    T = K.shape[2]
+    if r == 1 or T <= block:
+        return qg @ K.transpose(0, 1, 3, 2)
+    n = T // block
+    full = n * block                                     # positions in whole blocks; the rest: one product
+    s = np.empty((B, G, r, T), qg.dtype)
+    Kb = K[:, :, :full].reshape(B, G, n, block, d)                        # (B, G, n, c, d)
+    sb = qg[:, :, None] @ Kb.transpose(0, 1, 2, 4, 3)                     # (B, G, n, r, c)
+    s[..., :full] = sb.transpose(0, 1, 3, 2, 4).reshape(B, G, r, full)
+    if full < T:
+        s[..., full:] = qg @ K[:, :, full:].transpose(0, 1, 3, 2)
+    return s
+
+
+def _weighted_values(p: np.ndarray, V: np.ndarray, block: int) -> np.ndarray:
+    """sum_t p[..., t] V[..., t, :]: p (B, G, r, T), V (B, G, T, d) -> (B, G, r, d), by blocks of
+    positions as ``_scores`` (each block's (r, d) partial sum, then the sum over blocks)."""
+    B, G, r, T = p.shape
+    d = V.shape[3]
+    if r == 1 or T <= block:
+        return p @ V
+    n = T // block
+    full = n * block
+    pb = p[..., :full].reshape(B, G, r, n, block).transpose(0, 1, 3, 2, 4)   # (B, G, n, r, c)
+    out = (pb @ V[:, :, :full].reshape(B, G, n, block, d)).sum(axis=2)        # (B, G, n, r, d) -> (B, G, r, d)
+    if full < T:
+        out += p[..., full:] @ V[:, :, full:]
+    return out
+
+
+def _split_across_threads(q, K, V, lengths, threads: int) -> np.ndarray:
+    """decode_attention with the sequences (or, for fewer sequences than threads, the key/value
+    heads with their query heads) cut into ``threads`` parts computed at once: the parts share
+    nothing, so the answer is the same, and every core streams its part of the cache."""
+    B, G = K.shape[:2]
+    r = q.shape[1] // G
+    axis = 0 if B >= threads else 1
+    n = (B, G)[axis]
+    edges = [n * i // threads for i in range(threads + 1)]
+    parts = []
+    for lo, hi in zip(edges, edges[1:]):
+        if axis == 0:
+            parts.append((q[lo:hi], K[lo:hi], V[lo:hi], lengths[lo:hi]))
+        else:
+            parts.append((q[:, lo * r:hi * r], K[:, lo:hi], V[:, lo:hi], lengths))
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+    outs = list(_pool.map(lambda part: _decode_attention(*part), parts))
+    return np.concatenate(outs, axis=axis)
+
+
 def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """One decode step for B sequences of different lengths, grouped heads.
 
@@ -83,24 +158,34 @@ def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths: np.nd
     cache only ever stores finite values there, zeros or rows it has forgotten).
 
     scores (B, G, r, T) = q K^T / sqrt(d), -inf at positions >= lengths[b]; softmax over T;
-    out = scores V.  The products are taken with the long axis T first, (T, d) @ (d, r) and
-    (d, T) @ (T, r): the same numbers, but BLAS then streams the cache instead of splitting a
-    product with r rows.  The step is bound by reading K and V once.
+    out = scores V.  The r query heads of a group are multiplied with its keys together, so K and
+    V are read once per step, not once per query head: the step is bound by that read.  A large
+    cache with grouped heads (r > 1, at least PARALLEL_BYTES) is cut into as many independent
+    parts as BLAS may use threads, computed at once; multi-head attention's products are
+    matrix-vector products, which BLAS spreads over its threads itself.
     """
+    lengths = np.asarray(lengths)
+    B, G = K.shape[:2]
+    if q.shape[1] > G and K.nbytes + V.nbytes >= PARALLEL_BYTES:
+        threads = min(blas_threads() or 1, max(B, G))
+        if threads > 1:
+            return _split_across_threads(q, K, V, lengths, threads)
+    return _decode_attention(q, K, V, lengths)
+
+
+def _decode_attention(q, K, V, lengths) -> np.ndarray:
+    """decode_attention on the calling thread."""
     B, H, d = q.shape
     G, T = K.shape[1], K.shape[2]
     r = H // G
-    qg = q.reshape(B, G, r, d)                           # query heads g*r .. g*r + r - 1 share kv head g
-    s = K @ qg.transpose(0, 1, 3, 2)                     # (B, G, T, d) @ (B, G, d, r) -> (B, G, T, r)
-    s = s.transpose(0, 1, 3, 2).copy()                   # (B, G, r, T): the softmax runs along rows
-    s *= 1.0 / np.sqrt(d)
-    lengths = np.asarray(lengths)
+    block = max(1, BLOCK_PRODUCT // (r * d))            # key positions per product
+    qg = q.reshape(B, G, r, d) * (1 / math.sqrt(d))     # heads g*r .. g*r + r - 1 share kv head g
+    s = _scores(qg, K, block)                            # (B, G, r, T)
     if lengths.min() < T:                                # some sequence is shorter than the buffer
         beyond = np.arange(T)[None, :] >= lengths[:, None]          # (B, T)
         np.copyto(s, -np.inf, where=beyond[:, None, None, :])
     p = softmax_inplace(s)
-    o = V.transpose(0, 1, 3, 2) @ p.transpose(0, 1, 3, 2)   # (B, G, d, T) @ (B, G, T, r) -> (B, G, d, r)
-    return o.transpose(0, 1, 3, 2).reshape(B, H, d)
+    return _weighted_values(p, V, block).reshape(B, H, d)
 
 
 def batched_decode_step(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths) -> np.ndarray:

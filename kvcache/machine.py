@@ -341,12 +341,22 @@ _THREAD_QUERIES = {
 }
 
 
+# The thread-count function found in this process's own libraries (they stay loaded): asking it
+# again costs a call, where finding it reads /proc/self/maps and opens libraries.
+_own_thread_query = None
+
+
 def blas_threads(maps: str | None = None) -> int | None:
     """How many threads the BLAS loaded in this process says it uses, or None when no loaded
     library answers (asked through ``ctypes``; ``maps`` is the text of /proc/self/maps)."""
     import ctypes
 
-    if maps is None:
+    global _own_thread_query
+    own = maps is None
+    if own and _own_thread_query is not None:
+        count = int(_own_thread_query())
+        return count if count > 0 else None
+    if own:
         try:
             maps = Path("/proc/self/maps").read_text()
         except OSError:
@@ -363,6 +373,8 @@ def blas_threads(maps: str | None = None) -> int | None:
                 fn = getattr(lib, name, None)
                 if fn is not None:
                     fn.restype = ctypes.c_int
+                    if own:
+                        _own_thread_query = fn
                     count = int(fn())
                     return count if count > 0 else None
     return None

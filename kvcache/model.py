@@ -144,6 +144,8 @@ class Model:
         self.norm = norm              # (D,)
         self.lm_head = lm_head        # (V, D): the embedding table itself when tied
         self.dtype = embed.dtype
+        half = config.head_dim // 2
+        self._cos = self._sin = np.empty((0, half), self.dtype)     # (positions, d/2): see _rope
 
     # ------------------------------------------------------------------ building
 
@@ -247,7 +249,17 @@ class Model:
         return linear(rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head)
 
     def _rope(self, positions):
-        return rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta, self.dtype)
+        """cos and sin (N, d/2) of the positions (N,), looked up in a table of the first positions.
+
+        The table is computed once (``rope_cos_sin``, the same numbers) and doubled when a
+        position passes its end, up to max_position_embeddings: a decode step looks up one row
+        per sequence instead of computing its angles again."""
+        top = int(positions.max()) + 1 if len(positions) else 0
+        if top > len(self._cos):
+            n = min(max(top, 2 * len(self._cos), 1024), self.config.max_position_embeddings)
+            self._cos, self._sin = rope_cos_sin(np.arange(n), self.config.head_dim, self.config.rope_theta,
+                                                self.dtype)
+        return self._cos[positions], self._sin[positions]
 
     # ------------------------------------------------------------------ no cache: the reference
 
@@ -311,7 +323,9 @@ class Model:
         """
         counts = cache.reserve(counts)
         x = self._hidden_cached(tokens, counts, cache)
-        return self._head(x[np.cumsum(counts) - 1])                     # each row's last new token
+        if len(x) > len(counts):
+            x = x[np.cumsum(counts) - 1]                                # each row's last new token
+        return self._head(x)
 
     def _hidden_cached(self, tokens, counts: np.ndarray, cache: KVCache) -> np.ndarray:
         """The final hidden states (N, D) of the packed new tokens, writing their keys and values."""
@@ -323,7 +337,7 @@ class Model:
         if last > self.config.max_position_embeddings:
             raise ValueError(f"a sequence would reach {last} tokens, past max_position_embeddings "
                              f"({self.config.max_position_embeddings})")
-        if np.all(counts == 1):                                         # decode: each row's next position
+        if len(ids) == len(counts):              # decode (counts >= 1 sum to N = B): each row's next position
             positions = starts
         else:
             positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])   # (N,)

@@ -25,7 +25,7 @@ __all__ = ["rms_norm", "silu", "swiglu"]
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """x (..., D), weight (D,) -> x / sqrt(mean(x^2) + eps) * weight, same shape and dtype."""
     ms = np.square(x).sum(axis=-1, keepdims=True) / x.shape[-1]        # (..., 1) mean of squares
-    return x * (1.0 / np.sqrt(ms + eps)).astype(x.dtype, copy=False) * weight
+    return x * (weight / np.sqrt(ms + eps))                            # (D,) / (..., 1) -> (..., D)
 
 
 def silu(z: np.ndarray) -> np.ndarray:

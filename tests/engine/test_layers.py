@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from kvcache.gqa import attend_new_tokens, causal_attention, decode_attention
@@ -89,3 +90,92 @@ def test_decode_attention_uses_each_length():
             s = K[b, g, :t] @ q[b, h] / 2.0
             w = np.exp(s - s.max())
             np.testing.assert_allclose(out[b, h], (w / w.sum()) @ V[b, g, :t], rtol=1e-12)
+
+
+def one_head_decode(q, K, V, t):
+    """softmax(K[:t] q / sqrt(d)) V[:t] for one query head and its key/value head."""
+    s = K[:t] @ q / np.sqrt(len(q))
+    w = np.exp(s - s.max())
+    return (w / w.sum()) @ V[:t]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**16), st.sampled_from([1, 2, 4]), st.integers(1, 3), st.booleans())
+def test_decode_attention_over_many_key_blocks(seed, r, G, transposed):
+    """Long caches are multiplied block by block (whole blocks, then the positions left over):
+    every length, inside a block, on a block's edge and in the last partial block, gives plain
+    attention; finite junk past a length changes nothing; a strided view (the paged cache's
+    gather, [B, T, G, d] transposed) gives the same as a contiguous buffer."""
+    import kvcache.gqa as gqa
+
+    rng = np.random.default_rng(seed)
+    d, B, block = 8, 3, 16
+    T = 2 * block + int(rng.integers(0, block))                  # two whole blocks and a partial one
+    lengths = np.array([T, block, int(rng.integers(1, T))])
+    if transposed:
+        K = rng.standard_normal((B, T, G, d)).transpose(0, 2, 1, 3)
+        V = rng.standard_normal((B, T, G, d)).transpose(0, 2, 1, 3)
+    else:
+        K, V = rng.standard_normal((B, G, T, d)), rng.standard_normal((B, G, T, d))
+    q = rng.standard_normal((B, G * r, d))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gqa, "BLOCK_PRODUCT", block * r * d)       # blocks of 16 positions
+        out = decode_attention(q, K, V, lengths)
+        K_junk, V_junk = np.array(K), np.array(V)
+        K_junk[2, :, lengths[2]:], V_junk[2, :, lengths[2]:] = 1e6, -1e6
+        np.testing.assert_array_equal(decode_attention(q, K_junk, V_junk, lengths)[2], out[2])
+        q32, K32, V32 = q.astype(np.float32), K.astype(np.float32), V.astype(np.float32)
+        assert decode_attention(q32, K32, V32, lengths).dtype == np.float32
+    for b, t in enumerate(lengths):
+        for h in range(G * r):
+            np.testing.assert_allclose(out[b, h], one_head_decode(q[b, h], K[b, h // r], V[b, h // r], t),
+                                       rtol=1e-10, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 20), st.integers(1, 70), st.integers(1, 9))
+def test_linear_for_any_number_of_rows(seed, rows, out, width):
+    """x W^T, whichever way it is taken (a matrix-vector product, W in blocks of rows with the
+    rows left over, or as written): the product of its definition, in the inputs' dtype."""
+    import kvcache.linear as linear_module
+
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal((rows, width)), rng.standard_normal((out, width))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(linear_module, "SMALL_PRODUCT", 3 * width * rows)     # blocks of 3 rows of w
+        patch.setattr(linear_module, "BLOCK_ROWS", 8)
+        got = linear_module.linear(x, w)
+        got32 = linear_module.linear(x.astype(np.float32), w.astype(np.float32))
+    want = np.einsum("ni,oi->no", x, w)
+    assert got.shape == (rows, out)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, want, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 5), st.integers(1, 4), st.integers(2, 3))
+def test_decode_attention_cut_across_threads_is_the_same(seed, B, G, threads):
+    """A large grouped step is cut into parts, by sequences or by key/value heads, computed on
+    several threads: the same numbers as one thread, every length respected."""
+    import kvcache.gqa as gqa
+
+    rng = np.random.default_rng(seed)
+    r, d, T = 2, 8, 40
+    q = rng.standard_normal((B, G * r, d))
+    K, V = rng.standard_normal((B, G, T, d)), rng.standard_normal((B, G, T, d))
+    lengths = rng.integers(1, T + 1, size=B)
+    alone = decode_attention(q, K, V, lengths)                 # 51 KiB: under PARALLEL_BYTES
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gqa, "PARALLEL_BYTES", 0)
+        patch.setattr(gqa, "blas_threads", lambda: threads)
+        calls = []
+        patch.setattr(gqa, "_split_across_threads",
+                      lambda *a, f=gqa._split_across_threads: calls.append(a[-1]) or f(*a))
+        split = decode_attention(q, K, V, lengths)
+    assert calls == ([min(threads, max(B, G))] if max(B, G) > 1 else [])
+    np.testing.assert_allclose(split, alone, rtol=1e-12, atol=1e-14)
+    for b, t in enumerate(lengths):
+        for h in range(G * r):
+            np.testing.assert_allclose(split[b, h], one_head_decode(q[b, h], K[b, h // r], V[b, h // r], t),
+                                       rtol=1e-10, atol=1e-12)
