@@ -7,9 +7,10 @@ another way, the same numbers come without that copy:
 
 * one row: (W x^T)^T is a matrix-vector product, which streams W once;
 * two to ``BLOCK_ROWS`` rows: W cut into blocks of rows, (c, in) @ (in, N) each, small enough
-  (at most ``SMALL_PRODUCT`` multiply-adds) that OpenBLAS multiplies a block where it lies
-  (on one thread: with more rows, the copying product on every thread is as fast);
-* up to ``FEW_ROWS`` rows: (W x^T)^T, which OpenBLAS copies less for than x W^T;
+  (at most ``SMALL_PRODUCT`` multiply-adds) that OpenBLAS multiplies a block where it lies.
+  Such small products run on one thread, so with more rows the copying product, which OpenBLAS
+  spreads over its threads, is as fast;
+* up to ``FEW_ROWS`` rows: (W x^T)^T, which OpenBLAS takes faster than x W^T;
 * more rows: x W^T as written, where the copy is paid once for many rows.
 """
 from __future__ import annotations

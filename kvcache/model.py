@@ -269,9 +269,8 @@ class Model:
         if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
             raise ValueError(f"{what} must be a 1-d sequence of integers, got {token_ids!r:.80}")
         arr = arr.astype(np.int64)
-        bad = np.flatnonzero((arr < 0) | (arr >= self.config.vocab_size))
-        if len(bad):
-            i = int(bad[0])
+        if arr.size and (arr.min() < 0 or arr.max() >= self.config.vocab_size):
+            i = int(np.flatnonzero((arr < 0) | (arr >= self.config.vocab_size))[0])
             raise ValueError(f"{what}: token id {int(arr[i])} at position {i} is outside the vocabulary "
                              f"(0 .. {self.config.vocab_size - 1})")
         return arr
