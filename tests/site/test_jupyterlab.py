@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -134,8 +135,11 @@ def lab(tmp_path):
             proc.wait()
 
 
-def test_the_calculator_works_in_jupyterlab(lab, browser, screenshots):
-    base, log = lab
+@contextmanager
+def chapter_in_lab(browser, base: str, log: str, name: str):
+    """Open chapter ``name`` in JupyterLab at ``base``, wait for its kernel, run every cell and
+    check that none failed; yield ``page``.  Every console error, uncaught exception and request
+    that leaves 127.0.0.1 (blocked) is written down and fails the test at the end."""
     problems: list[str] = []
     page = browser.new_page()
 
@@ -151,7 +155,7 @@ def test_the_calculator_works_in_jupyterlab(lab, browser, screenshots):
     page.on("console", lambda msg: msg.type == "error" and problems.append(f"console error: {msg.text}"))
     page.on("pageerror", lambda err: problems.append(f"uncaught error: {err}"))
     try:
-        page.goto(base + f"lab/tree/{CHAPTER.name}", wait_until="load", timeout=TIMEOUT_MS)
+        page.goto(base + f"lab/tree/{name}", wait_until="load", timeout=TIMEOUT_MS)
         page.wait_for_function("() => window.jupyterapp && jupyterapp.shell.currentWidget && "
                                "jupyterapp.shell.currentWidget.sessionContext && "
                                "jupyterapp.shell.currentWidget.sessionContext.session && "
@@ -160,6 +164,16 @@ def test_the_calculator_works_in_jupyterlab(lab, browser, screenshots):
         page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
         page.wait_for_function(ALL_RAN_JS, timeout=TIMEOUT_MS)
         assert page.evaluate(ERRORS_JS) == [], "a cell of the chapter failed in JupyterLab"
+        yield page
+        page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    finally:
+        page.close()
+    assert not problems, "\n".join(problems) + f"\n(JupyterLab's log: {log})"
+
+
+def test_the_calculator_works_in_jupyterlab(lab, browser, screenshots):
+    base, log = lab
+    with chapter_in_lab(browser, base, log, CHAPTER.name) as page:
         widget = page.locator(".kv-calculator-widget")
         widget.wait_for(timeout=TIMEOUT_MS)
         widget.scroll_into_view_if_needed()
@@ -198,7 +212,3 @@ def test_the_calculator_works_in_jupyterlab(lab, browser, screenshots):
         said = page.evaluate(KERNEL_RUN_JS, "print(calc.tokens)")
         assert said.strip() == "4096", said
         page.screenshot(path=str(screenshots / "jupyterlab__03_cache_memory.png"))
-        page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
-    finally:
-        page.close()
-    assert not problems, "\n".join(problems) + f"\n(JupyterLab's log: {log})"

@@ -33,31 +33,7 @@ def lab10(tmp_path, monkeypatch):
 
 def test_the_cycles_widget_works_in_jupyterlab(lab10, browser, screenshots):
     base, log = lab10
-    problems: list[str] = []
-    page = browser.new_page()
-
-    def route(route_):
-        url = route_.request.url
-        if url.startswith(base) or url.startswith(("data:", "blob:")):
-            route_.continue_()
-        else:
-            problems.append(f"request that left 127.0.0.1 (blocked): {url}")
-            route_.abort("blockedbyclient")
-
-    page.route("**/*", route)
-    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console error: {msg.text}"))
-    page.on("pageerror", lambda err: problems.append(f"uncaught error: {err}"))
-    try:
-        page.goto(base + f"lab/tree/{CH10.name}", wait_until="load", timeout=jl.TIMEOUT_MS)
-        page.wait_for_function("() => window.jupyterapp && jupyterapp.shell.currentWidget && "
-                               "jupyterapp.shell.currentWidget.sessionContext && "
-                               "jupyterapp.shell.currentWidget.sessionContext.session && "
-                               "jupyterapp.shell.currentWidget.sessionContext.session.kernel",
-                               timeout=jl.TIMEOUT_MS)
-        page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.ready")
-        page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
-        page.wait_for_function(jl.ALL_RAN_JS, timeout=jl.TIMEOUT_MS)
-        assert page.evaluate(jl.ERRORS_JS) == [], "a cell of the chapter failed in JupyterLab"
+    with jl.chapter_in_lab(browser, base, log, CH10.name) as page:
         widget = page.locator(".cw-series")
         widget.wait_for(timeout=jl.TIMEOUT_MS)
         widget.scroll_into_view_if_needed()
@@ -83,7 +59,3 @@ def test_the_cycles_widget_works_in_jupyterlab(lab10, browser, screenshots):
                                timeout=10_000)
         assert page.evaluate(SHOWN_JS)["total"] == ["3,115 cycles", "5,069 cycles"]
         page.screenshot(path=str(screenshots / "jupyterlab__10_decode_on_ga2.png"))
-        page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
-    finally:
-        page.close()
-    assert not problems, "\n".join(problems) + f"\n(JupyterLab's log: {log})"
