@@ -59,7 +59,7 @@ from .checks import CallResult, Fail, describe
 from .harness import decode, encode
 from .notebook import MAX_FILE_BYTES, Extracted, Source, Unreadable, infer_exercise, read
 from .registry import Exercise, Lib, Module, Ref, Step, Test
-from .results import make_result, test_entry
+from .results import grader_failed, make_result, test_entry
 from .sandbox import Limits, Run, Sandbox, describe as describe_isolation, work_folder
 
 __all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files", "Job", "Trouble",
@@ -296,17 +296,13 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
         return _grade(source, name, note, limits, isolation, clock, common)
     except Exception as err:  # noqa: BLE001 - a result is always produced
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()
-        tests = []
-        try:
-            tests = [test_entry(i.name, i.points, False, "not graded: the grader failed", i.visibility)
-                     for i in registry.items(name)]
-        except Exception:  # noqa: BLE001
-            pass
-        return make_result(tests=tests, status="grader_error", isolation="none",
-                           execution_time=time.perf_counter() - clock,
-                           output=f"The grader itself failed ({detail}); this is not your fault. "
-                                  "Please tell the course staff.",
-                           extra={"grader_traceback": traceback.format_exc()[-4000:]}, **common)
+        return grader_failed(name, detail, execution_time=time.perf_counter() - clock,
+                             traceback=traceback.format_exc(), **common_of(common))
+
+
+def common_of(common: dict) -> dict:
+    """The submission's label and hash, as ``results.zero_result`` takes them."""
+    return {"submission": common.get("submission", ""), "sha256": common.get("sha256", "")}
 
 
 def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Limits, isolation: str,
@@ -400,6 +396,11 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
     notes += [f"'{stmt}' failed in the grader ({_error_kind(why) if quiet else why}); only {available} "
               "are available" for stmt, why in list(failures.items())[:5]]
     lines += [f"Note: {n}" for n in notes]
+    over = sum(r.transcript.dropped for r in runs)
+    if over:
+        lines.append(f"Note: {over} message{'s' if over != 1 else ''} on the grader's results channel went over "
+                     "its budget and were dropped (what the harness sends is far under it: did the "
+                     "submission write on the channel?)")
     oom = sum(r.oom_killed for r in runs)
     if oom:
         lines.append(f"Note: the kernel stopped {oom} of its processes for going over the memory "
@@ -423,6 +424,7 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
                               "runs": [{"killed": r.killed, "returncode": r.returncode,
                                         "seconds": round(r.elapsed, 3), "cgroup": r.cgroup,
                                         "oom_killed": r.oom_killed, "supervisor_lost": r.supervisor_lost,
+                                        "dropped_messages": r.transcript.dropped,
                                         "left_over": (r.ended.get("reaped") if type(r.ended.get("reaped")) is int
                                                       else None)} for r in runs]},
                        **common)

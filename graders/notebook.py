@@ -42,6 +42,20 @@ SAFE_BUILTINS = {"int", "float", "complex", "bool", "str", "bytes", "tuple", "li
 # grader's own process, so it must stay bounded in time and memory).
 MAX_FILE_BYTES = 128 << 20
 MAX_CODE_CHARS = 1 << 20
+# A notebook's JSON is weighed before it is decoded (``json.loads`` would build every object of
+# it in the grader's process: a 120 MB notebook of ``{}`` is 3 GB of dicts).  Long strings of
+# base64 are outputs (an image): their bytes are dropped before decoding, never read (code has
+# spaces and brackets, so a cell's source is never one).  What is
+# left may hold at most MAX_JSON_ITEMS containers and items (structural characters outside
+# strings; a notebook of 300 cells with outputs has about 20,000) and at most MAX_JSON_STRINGS
+# strings (every line of a cell's source is one).
+LONG_STRING = 1 << 16
+MAX_JSON_ITEMS = 1_000_000
+MAX_JSON_STRINGS = 1_000_000
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BASE64 = re.compile(rb'"[A-Za-z0-9+/=\\]*"')       # with \n escapes between lines
+_STRUCTURE = (b"{", b"[", b",", b":")
+_JSON_START = re.compile(rb"(?:\xef\xbb\xbf)?\s*\{")
 _LINE_MAGIC = re.compile(r"^\s*(?:[%!]|[\w.\[\], ]+=\s*[%!])")
 _HELP_LINE = re.compile(r"^\s*\??[\w.]+\?\??\s*$")
 
@@ -160,16 +174,42 @@ def read(data: bytes, filename: str) -> Source:
                          f"{MAX_FILE_BYTES / 1e6:.0f} MB (clear the notebook's outputs and submit again)")
     if b"\x00" in data[:8192]:
         raise Unreadable(f"{filename} is not a text file (is it a zip or an image?)")
+    is_notebook = filename.lower().endswith(".ipynb") or (
+        _JSON_START.match(data) is not None and b'"cells"' in data[:100_000])
+    if is_notebook:                      # weighed before anything is decoded
+        data = _within_budget(data, filename)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise Unreadable(f"{filename} is not UTF-8 text") from None
-    is_notebook = filename.lower().endswith(".ipynb") or (
-        text.lstrip().startswith("{") and '"cells"' in text[:100_000])
     if is_notebook:
         cells, exercise = _notebook_cells(text, filename)
         return Source(cells, exercise, "notebook")
     return Source([("", text)], None, "python")
+
+
+def _within_budget(data: bytes, filename: str) -> bytes:
+    """The notebook's JSON without its long base64 strings (outputs: each becomes ``""``), once its
+    structure is known to be within ``MAX_JSON_ITEMS`` and ``MAX_JSON_STRINGS``; ``Unreadable``
+    otherwise.  Counting is done on the bytes, building nothing but the strings' positions: a
+    ``count`` per structural character, and only when that upper bound is over the budget, a pass
+    over the strings to subtract what they hold."""
+    if data.count(b'"') > 2 * MAX_JSON_STRINGS + 1:
+        raise Unreadable(f"{filename} is not a notebook the grader reads: it holds more than "
+                         f"{MAX_JSON_STRINGS:,} strings (clear the notebook's outputs and submit again)")
+    long = [m.span() for m in _STRING.finditer(data)
+            if m.end() - m.start() > LONG_STRING and _BASE64.fullmatch(data, *m.span())]
+    if long:
+        ends = [0] + [end for _, end in long]
+        starts = [start for start, _ in long] + [len(data)]
+        data = b'""'.join(data[a:b] for a, b in zip(ends, starts))
+    items = sum(data.count(c) for c in _STRUCTURE)
+    if items > MAX_JSON_ITEMS:
+        inside = sum(sum(m.group().count(c) for c in _STRUCTURE) for m in _STRING.finditer(data))
+        if items - inside > MAX_JSON_ITEMS:
+            raise Unreadable(f"{filename} is not a notebook the grader reads: its JSON holds more than "
+                             f"{MAX_JSON_ITEMS:,} items (clear the notebook's outputs and submit again)")
+    return data
 
 
 def _notebook_cells(text: str, filename: str) -> tuple[list[tuple[str, str]], str | None]:

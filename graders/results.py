@@ -8,19 +8,72 @@ or ``failed``), ``output`` and ``visibility``.  The grader adds what an instruct
 ``sha256`` and the grader's ``fingerprint`` (a batch regrades when either changes), and the
 submission's own printed output, capped, under ``submission_output`` (never parsed; Gradescope
 ignores keys it does not know).
+
+Text in a result comes partly from the submission (what it printed, its exceptions' messages,
+its file name), so it is data, never trusted: ``clean`` makes every string of a result valid
+UTF-8 (a lone surrogate such as ``"\\udc80"`` becomes the six characters ``\\udc80``), bounds its
+length, and turns what JSON cannot hold (NaN, a tuple, a numpy number) into what it can.
+``make_result`` cleans every result it builds and ``write_json`` / ``write_text`` clean again
+before writing, so a result is always written: only the disk can make a write fail.
+``zero_result`` is the one builder of a result that grades nothing (the grader failed, the file
+cannot be read, it is a link or not a notebook): every test of the exercise at zero, with why.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["STATUSES", "make_result", "write_json", "format_text", "test_entry"]
+__all__ = ["STATUSES", "make_result", "write_json", "write_text", "format_text", "test_entry", "clean",
+           "clean_text", "zero_result", "grader_failed"]
 
 STATUSES = ("ok", "timeout", "crashed", "missing", "unreadable", "grader_error", "usage_error")
 MAX_TEST_OUTPUT = 2_000      # characters of one test's feedback (parts of it come from the sandbox)
 MAX_OUTPUT = 20_000          # characters of the summary
+MAX_STRING = 100_000         # characters of any other string of a result (the printed output is capped
+                             # before, by the sandbox; a traceback, a file name)
+MAX_DEPTH = 32               # nesting of a result's data kept (ours is about 4 deep)
+
+
+def clean_text(text, limit: int | None = MAX_STRING) -> str:
+    """``text`` as a string that UTF-8 can encode (lone surrogates escaped as ``\\udc80``), at most
+    ``limit`` characters (None: as long as it is)."""
+    if not isinstance(text, str):
+        text = str(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if limit is None else _cap(text, limit)
+
+
+def clean(value, _depth: int = 0):
+    """``value`` as data ``json.dumps`` writes in strict JSON and UTF-8 encodes: strings (keys too)
+    through ``clean_text``, non-finite floats as None, tuples and sets as lists, anything else as
+    its ``str``; deeper than ``MAX_DEPTH`` as a string that says so."""
+    if _depth > MAX_DEPTH:
+        return "[nested too deeply]"
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(k, 1_000): clean(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [clean(v, _depth + 1) for v in value]
+    try:                                  # numpy scalars and the like
+        number = float(value) if hasattr(value, "__float__") and not hasattr(value, "__len__") else None
+    except Exception:  # noqa: BLE001 - anything that fails to convert is shown as text
+        number = None
+    if number is not None:
+        return number if math.isfinite(number) else None
+    return clean_text(value, 1_000)
 
 
 def _cap(text: str, limit: int) -> str:
@@ -62,18 +115,46 @@ def make_result(*, exercise: str | None, tests: list[dict], status: str, isolati
     }
     if extra:
         result.update(extra)
-    return result
+    return clean(result)
+
+
+def zero_result(exercise: str | None, status: str, output: str, test_output: str, *, submission: str = "",
+                sha256: str = "", execution_time: float = 0.0, extra: dict | None = None) -> dict:
+    """A result that grades nothing: every test of ``exercise`` (when the grader knows it) at zero
+    with ``test_output``, ``output`` as the summary, so that the maximum score stays right."""
+    from . import registry                # the registry imports every exercise: only when needed
+    tests, fingerprint = [], ""
+    try:
+        tests = [test_entry(i.name, i.points, False, test_output, i.visibility) for i in registry.items(exercise)]
+        fingerprint = registry.fingerprint(exercise)
+    except Exception:  # noqa: BLE001 - an unknown exercise or a broken grader still gets its result
+        pass
+    return make_result(exercise=exercise, tests=tests, status=status, isolation="none",
+                       execution_time=execution_time, output=output, submission=submission,
+                       sha256=sha256, fingerprint=fingerprint, extra=extra)
+
+
+def grader_failed(exercise: str | None, why: str, *, submission: str = "", sha256: str = "",
+                  execution_time: float = 0.0, traceback: str | None = None) -> dict:
+    """The result of the grader failing on a submission (``grader_error``, retried by a batch):
+    what ``grade``, ``batch`` and the command line all give."""
+    extra = {"grader_traceback": clean_text(traceback[-4000:])} if traceback else None
+    return zero_result(exercise, "grader_error",
+                       f"The grader itself failed ({clean_text(why, 2_000)}); this is not your fault. "
+                       "Please tell the course staff.", "not graded: the grader failed",
+                       submission=submission, sha256=sha256, execution_time=execution_time, extra=extra)
 
 
 def write_text(path, text: str) -> None:
     """Write ``text`` to ``path`` atomically: a temporary file in the same folder, fsync'd, then
     ``os.replace``.  A reader (or a rerun after a kill) sees the old file or the new one, whole."""
     path = Path(path)
+    data = clean_text(text, None).encode("utf-8")   # valid whatever ``text`` holds
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -86,8 +167,8 @@ def write_text(path, text: str) -> None:
 
 
 def write_json(path, data) -> None:
-    """Atomic JSON write (same scheme as ``write_text``)."""
-    write_text(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    """Atomic JSON write (same scheme as ``write_text``) of ``data`` made valid by ``clean``."""
+    write_text(path, json.dumps(clean(data), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0)]}
@@ -97,7 +178,7 @@ def printable(text: str) -> str:
     """``text`` with control characters shown as ``\\x1b`` and so on: what a submission printed or
     put in an exception message must not drive the instructor's terminal (escape sequences that
     clear it, retitle it, write the clipboard, or a carriage return that hides a line)."""
-    return str(text).translate(_CONTROL)
+    return clean_text(text, None).translate(_CONTROL)
 
 
 def _points(x: float) -> str:

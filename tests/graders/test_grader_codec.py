@@ -96,3 +96,80 @@ def test_a_huge_container_is_cut_without_walking_it():
     node = encode([[0] * 10_000_000, [1]])
     assert node["$list"][0] == {"$obj": "list of 10000000 items", "why": "too large"}
     assert decode(node["$list"][1]) == [1]
+
+
+# ------------------------------------------------------------ the channel, within a budget
+
+from graders import transcript as tr  # noqa: E402
+from graders.results import clean, clean_text, write_json, write_text  # noqa: E402
+
+
+def _lines(*messages) -> list[bytes]:
+    return [json.dumps(m).encode() for m in messages]
+
+
+def _started(tests=("t01", "t02")) -> tr.Transcript:
+    t = tr.Transcript(tests=frozenset(tests))
+    for line in _lines({"t": "hello"}, {"t": "import_start"}, {"t": "import", "ok": True}):
+        t.feed(line)
+    return t
+
+
+def test_the_channel_parses_at_most_a_budget_of_messages_and_counts_the_rest():
+    t = _started()
+    for _ in range(tr.MAX_MESSAGES + 500):
+        t.feed(b'{"t": "noise"}')
+    assert t.parsed == tr.MAX_MESSAGES and t.dropped == 503
+    t.feed(b'{"t": "start", "id": "t01"}')           # past the budget even the harness is not heard
+    assert t.phase == "between" and t.dropped == 504
+
+
+def test_a_heavy_line_is_never_parsed(monkeypatch):
+    t = _started()
+    t.feed(b'{"t": "start", "id": "t01"}')
+    monkeypatch.setattr(tr.json, "loads", lambda *a, **k: pytest.fail("parsed a line over the budget"))
+    heavy = b'{"t": "result", "id": "t01", "calls": [' + b"{}," * tr.MESSAGE_TOKENS + b"{}]}"
+    t.feed(heavy)
+    assert t.results == {} and t.dropped == 1 and t.parsed == 4
+
+
+def test_the_results_kept_by_a_run_weigh_at_most_its_budget():
+    t = _started(("t01", "t02", "t03"))
+    text = "x" * (tr.KEPT_BYTES + tr.KEPT_BYTES // 4)         # a test and a quarter's worth each
+    for tid in ("t01", "t02", "t03"):
+        t.feed(json.dumps({"t": "start", "id": tid}).encode())
+        t.feed(json.dumps({"t": "result", "id": tid, "calls": [{"ok": True, "value": text}]}).encode())
+    assert sorted(t.results) == ["t01", "t02"] and t.dropped == 1
+    assert t.kept_bytes <= 3 * tr.KEPT_BYTES and t.kept_tokens <= 3 * tr.KEPT_TOKENS
+    smaller = _started(("t01",))                     # a result sent again replaces the old one's weight
+    smaller.feed(b'{"t": "start", "id": "t01"}')
+    for _ in range(50):
+        smaller.feed(json.dumps({"t": "result", "id": "t01", "value": "y" * (1 << 20)}).encode())
+    assert list(smaller.results) == ["t01"] and smaller.kept_bytes < 2 << 20 and smaller.dropped == 0
+
+
+def test_a_forged_import_message_keeps_only_what_the_grader_reads():
+    t = tr.Transcript(tests=frozenset({"t01"}))
+    t.feed(b'{"t": "import_start"}')
+    t.feed(json.dumps({"t": "import", "ok": False, "padding": "p" * 100_000,
+                       "error": {"type": "ValueError", "message": "m" * 50_000, "extra": [1] * 1000}}).encode())
+    assert set(t.imported) == {"t", "ok", "timeout", "error"} and set(t.imported["error"]) == {"type", "message"}
+    assert len(t.imported["error"]["message"]) == tr.MAX_TEXT * 5
+
+
+# ------------------------------------------------------------- results from untrusted text
+
+
+def test_lone_surrogates_are_escaped_and_strings_bounded():
+    assert clean_text("a\udc80b") == "a\\udc80b"
+    assert clean_text("\ud800" * 10, limit=40).endswith("[... cut short]")
+    data = clean({"k\udcff": ["\udc80", float("nan"), (1, 2), {3}], "n": np.float32(1.5), "i": np.int64(3)})
+    assert data == {"k\\udcff": ["\\udc80", None, [1, 2], [3]], "n": 1.5, "i": 3.0}
+
+
+def test_a_result_with_surrogates_is_written_as_valid_utf8_json(tmp_path):
+    write_json(tmp_path / "r.json", {"output": "boom \udc80", "tests": [{"name": "\udcff", "score": float("inf")}]})
+    text = (tmp_path / "r.json").read_bytes().decode("utf-8")      # strict: it is valid UTF-8
+    assert json.loads(text) == {"output": "boom \\udc80", "tests": [{"name": "\\udcff", "score": None}]}
+    write_text(tmp_path / "g.csv", "name,\udc80\n")
+    assert (tmp_path / "g.csv").read_text(encoding="utf-8") == "name,\\udc80\n"

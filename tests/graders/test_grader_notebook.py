@@ -167,3 +167,35 @@ def test_a_function_defined_under_the_main_guard_is_named_as_such():
     ex = extract(b"if __name__ == '__main__':\n    def f(x):\n        return 0\ndef f(x):\n    return x\n",
                  "f.py", ("f",))
     assert ex.missing(("f",)) == [] and run(ex, "f")(4) == 4
+
+
+# ------------------------------------------------------------- the budget before decoding
+
+
+def test_a_notebook_of_empty_objects_is_refused_before_any_object_is_built(monkeypatch):
+    """A notebook of ``{}`` (120 MB of them once cost the grader 3.1 GB): weighed on its bytes,
+    refused with a message, and ``json.loads`` never called."""
+    from graders import notebook as nbmod
+    monkeypatch.setattr(nbmod.json, "loads", lambda *a, **k: pytest.fail("decoded a notebook over budget"))
+    data = b'{"cells": [' + b"{}," * nbmod.MAX_JSON_ITEMS + b'{}], "metadata": {}}'
+    with pytest.raises(Unreadable, match="more than 1,000,000 items"):
+        extract(data, "f.ipynb", ("f",))
+    strings = b'{"cells": [' + b'"",' * (nbmod.MAX_JSON_STRINGS + 1) + b'""]}'
+    with pytest.raises(Unreadable, match="more than 1,000,000 strings"):
+        extract(strings, "f.ipynb", ("f",))
+
+
+def test_commas_inside_strings_do_not_count_and_base64_outputs_are_never_decoded(monkeypatch):
+    """What a printed output holds (commas in text) is not structure; an image's base64 is dropped
+    before decoding, so the text ``json.loads`` receives is the notebook without it."""
+    from graders import notebook as nbmod
+    nb = json.loads(notebook("def f(x):\n    return x\n"))
+    nb["cells"][0]["outputs"] = [
+        {"output_type": "stream", "name": "stdout", "text": ["1, " * (nbmod.MAX_JSON_ITEMS + 10)]},
+        {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBORw0K" * (1 << 20) + "\n"}}]
+    data = json.dumps(nb).encode()
+    decoded = []
+    real = nbmod.json.loads
+    monkeypatch.setattr(nbmod.json, "loads", lambda text, *a, **k: decoded.append(len(text)) or real(text, *a, **k))
+    assert "f" in extract(data, "f.ipynb", ("f",)).definitions
+    assert len(data) > 11_000_000 and decoded == [len(data) - (8 << 20) - len(r'\n')]
