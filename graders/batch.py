@@ -1,7 +1,10 @@
 """Grading a whole class: every submission in a folder, in parallel, into a CSV gradebook.
 
-- Submissions are the ``.ipynb`` and ``.py`` files under DIR (sub-folders too, one per learner
-  is fine; hidden folders and ``.ipynb_checkpoints`` are skipped).
+- Submissions are the files under DIR (sub-folders too, one per learner is fine; hidden files and
+  folders and ``.ipynb_checkpoints`` are skipped).  Every one gets a row: a file that is not a
+  ``.ipynb`` or a ``.py`` (a ``.pdf``), a symbolic link (never followed: ``notebook.open_file``),
+  anything that is not a regular file, or one that cannot be read, gets zero and the reason.
+- The exercise is the one the instructor names: a submission's metadata never changes it.
 - Each is graded in its own sandbox (``grading.grade_bytes``).  Locally a pool of threads keeps
   ``--jobs`` sandboxes busy (the work happens in the sandboxes' processes, so threads are
   enough and start nothing); with ``--scheduler ADDRESS`` the same calls go to a Dask
@@ -13,8 +16,14 @@
   hash and grader fingerprint (``--force`` regrades); results of the grader failing
   (``grader_error``) are always retried.
 - The CSV is rebuilt from those results (atomically, every few seconds and at the end): a row per
-  submission, a column per test, the score and the status (ok, timeout, crashed, missing,
-  unreadable, grader_error).
+  submission, a column per test, the score, the status (ok, timeout, crashed, missing,
+  unreadable, grader_error) and, for every row below full marks, the main reason in ``message``.
+- Nothing a submission holds stops the batch: its text is made valid before it is written
+  (``results.clean``), a file name too long for a results file gets a shorter one, and a result
+  that cannot be written to disk is still a row of the gradebook.
+- On a Dask cluster with no worker connected, the batch says so and waits (``wait_for_workers``
+  seconds, then stops, keeping what was graded; None waits for good); a scheduler that cannot be
+  reached is a clear error that leaves no empty results folder behind.
 """
 from __future__ import annotations
 
@@ -22,6 +31,8 @@ import csv
 import hashlib
 import io
 import json
+import os
+import stat
 import sys
 import time
 from collections import Counter
@@ -29,8 +40,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from . import registry
-from .results import make_result, test_entry, write_json, write_text
-from .notebook import MAX_FILE_BYTES
+from .notebook import MAX_FILE_BYTES, Refused, open_file, read_file
+from .results import clean_text, grader_failed, write_json, write_text, zero_result
 from .sandbox import Limits, kill_all
 
 __all__ = ["discover", "run_batch", "grade_blob", "results_folder", "write_gradebook"]
@@ -40,7 +51,7 @@ CSV_EVERY = 2.0        # seconds between rewrites of the gradebook while grading
 
 
 def discover(directory: Path, skip: tuple[Path, ...] = ()) -> list[Path]:
-    """The submissions under ``directory``, in a stable order."""
+    """Every file under ``directory`` (links too, never followed), in a stable order."""
     directory = Path(directory)
     skip = tuple(p.resolve() for p in skip)
     found = []
@@ -48,11 +59,33 @@ def discover(directory: Path, skip: tuple[Path, ...] = ()) -> list[Path]:
         rel = path.relative_to(directory)
         if any(part.startswith(".") or part in ("__pycache__", ".ipynb_checkpoints") for part in rel.parts):
             continue
-        if any(path.resolve() == s or s in path.resolve().parents for s in skip):
+        real = Path(os.path.realpath(path.parent)) / path.name     # the entry itself is not followed
+        if any(real == s or s in real.parents for s in skip):
             continue
-        if path.is_file() and path.suffix.lower() in SUFFIXES:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue                     # gone since the listing
+        if not stat.S_ISDIR(mode):       # a regular file, a link (to a file or a folder), a FIFO...
             found.append(path)
     return found
+
+
+def _refusal(path: Path) -> str | None:
+    """Why ``path`` is not graded at all (it is not a submission the grader reads), or None."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as err:
+        return f"the file could not be read ({err.strerror})"
+    if stat.S_ISLNK(mode):
+        return ("it is a symbolic link; the grader reads only regular files, never what a link points to "
+                "(hand in the notebook itself)")
+    if not stat.S_ISREG(mode):
+        return "it is not a regular file"
+    if path.suffix.lower() not in SUFFIXES:
+        kind = f"a {path.suffix.lower()} file" if path.suffix else "a file without a suffix"
+        return f"{kind} is not a notebook or a Python file (hand in the .ipynb)"
+    return None
 
 
 def results_folder(out_csv: Path) -> Path:
@@ -60,8 +93,15 @@ def results_folder(out_csv: Path) -> Path:
     return out_csv.with_name(out_csv.stem + "-results")
 
 
+MAX_NAME_BYTES = 200      # a results file's name (file systems allow 255 bytes)
+
+
 def _json_name(rel: Path) -> str:
-    return "__".join(rel.parts) + ".json"
+    name = "__".join(rel.parts) + ".json"
+    if len(os.fsencode(name)) <= MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(os.fsencode(str(rel))).hexdigest()[:16]
+    return os.fsdecode(os.fsencode(name)[:MAX_NAME_BYTES - 22]).rstrip("\udcff") + f"-{digest}.json"
 
 
 def _json_names(rels: list[Path]) -> dict[Path, str]:
@@ -70,7 +110,8 @@ def _json_names(rels: list[Path]) -> dict[Path, str]:
     no learner's file name can overwrite another's results."""
     counts = Counter(_json_name(rel) for rel in rels)
     return {rel: _json_name(rel) if counts[_json_name(rel)] == 1 else
-            f"{_json_name(rel)[:-5]}-{hashlib.sha256(str(rel).encode()).hexdigest()[:10]}.json" for rel in rels}
+            f"{_json_name(rel)[:-5]}-{hashlib.sha256(os.fsencode(str(rel))).hexdigest()[:10]}.json"
+            for rel in rels}
 
 
 def grade_blob(data: bytes, filename: str, exercise: str, limits: dict, isolation: str, label: str) -> dict:
@@ -79,39 +120,37 @@ def grade_blob(data: bytes, filename: str, exercise: str, limits: dict, isolatio
     try:
         return grade_bytes(data, filename, exercise, limits=Limits(**limits), isolation=isolation, label=label)
     except Exception as err:  # noqa: BLE001 - e.g. bubblewrap missing on a Dask worker
-        return _failed(exercise, label, hashlib.sha256(data).hexdigest(), f"{type(err).__name__}: {err}")
-
-
-def _failed(exercise: str, label: str, sha: str, why: str) -> dict:
-    tests = [test_entry(i.name, i.points, False, "not graded: the grader failed", i.visibility)
-             for i in registry.items(exercise)]
-    return make_result(exercise=exercise, tests=tests, status="grader_error", isolation="none",
-                       execution_time=0.0, output=f"The grader failed on this submission: {why}",
-                       submission=label, sha256=sha, fingerprint=registry.fingerprint(exercise))
+        return grader_failed(exercise, f"{type(err).__name__}: {err}", submission=label,
+                             sha256=hashlib.sha256(data).hexdigest())
 
 
 def _read(path: Path) -> bytes:
-    """A submission's bytes, at most one past what the grader reads (a bigger one is refused)."""
-    with open(path, "rb") as f:
-        return f.read(MAX_FILE_BYTES + 1)
+    """A submission's bytes, at most one past what the grader reads (a bigger one is refused),
+    opened without following a link (``notebook.read_file``)."""
+    return read_file(path)
 
 
 def _file_sha256(path: Path) -> str:
     """The SHA-256 of what ``_read`` returns, without holding the file in memory."""
     digest, left = hashlib.sha256(), MAX_FILE_BYTES + 1
-    with open(path, "rb") as f:
+    with open_file(path) as f:
         while left > 0 and (chunk := f.read(min(1 << 20, left))):
             digest.update(chunk)
             left -= len(chunk)
     return digest.hexdigest()
 
 
-def _unreadable(exercise: str, label: str, err: OSError) -> dict:
-    why = f"the file could not be read ({err.strerror or type(err).__name__})"
-    tests = [test_entry(i.name, i.points, False, f"not run: {why}", i.visibility) for i in registry.items(exercise)]
-    return make_result(exercise=exercise, tests=tests, status="unreadable", isolation="none",
-                       execution_time=0.0, output=f"The submission could not be read: {why}. Every test scores 0.",
-                       submission=label, fingerprint=registry.fingerprint(exercise))
+def _unreadable(exercise: str, label: str, why: str, sha256: str = "") -> dict:
+    """The row of a file that is not graded: zero on every test, and why."""
+    return zero_result(exercise, "unreadable", f"The submission could not be read: {why}. Every test scores 0.",
+                       f"not run: {why}", submission=label, sha256=sha256)
+
+
+def _why(err: Exception) -> str:
+    """What an error reading a submission means, in the row's words."""
+    if isinstance(err, Refused):
+        return str(err)
+    return f"the file could not be read ({getattr(err, 'strerror', None) or type(err).__name__})"
 
 
 def _previous(path: Path, sha: str, exercise: str, fingerprint: str) -> dict | None:
@@ -127,38 +166,22 @@ def _previous(path: Path, sha: str, exercise: str, fingerprint: str) -> dict | N
 
 def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None = None,
               scheduler: str | None = None, limits: Limits | None = None, isolation: str = "auto",
-              results_dir: Path | None = None, force: bool = False, progress: bool = True) -> dict:
-    """Grade every submission under ``directory``; returns a summary dict."""
-    import os
+              results_dir: Path | None = None, force: bool = False, progress: bool = True,
+              wait_for_workers: float | None = None, connect_timeout: float = 30.0) -> dict:
+    """Grade every submission under ``directory``; returns a summary dict.  With ``scheduler``,
+    ``wait_for_workers`` seconds with no Dask worker connected stop the batch (None: wait)."""
     from tqdm import tqdm
 
     limits = limits or Limits()
     out_csv = Path(out_csv)
     results_dir = Path(results_dir) if results_dir else results_folder(out_csv)
-    results_dir.mkdir(parents=True, exist_ok=True)
     tests = registry.tests(exercise)           # built once, before any thread starts
     fingerprint = registry.fingerprint(exercise)
     submissions = discover(directory, skip=(results_dir, out_csv))
-    results: dict[str, dict] = {}
-    todo = []
-    names = _json_names([path.relative_to(directory) for path in submissions])
-    for path in submissions:            # hashed here, read only when its turn comes (memory)
-        rel = path.relative_to(directory)
-        target = results_dir / names[rel]
-        try:
-            sha = _file_sha256(path)
-        except OSError as err:          # one file the grader cannot read does not stop the class
-            todo.append((rel, path, target))
-            continue
-        previous = None if force else _previous(target, sha, exercise, fingerprint)
-        if previous is not None:
-            results[str(rel)] = previous
-        else:
-            todo.append((rel, path, target))
 
-    if scheduler:
+    if scheduler:                              # connected before anything is written
         from distributed import Client
-        client = Client(scheduler, timeout="30s")
+        client = Client(scheduler, timeout=f"{connect_timeout:g}s")
         executor = client.get_executor(pure=False)
         where = f"Dask cluster at {scheduler}"
         try:
@@ -171,18 +194,52 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
         executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grader")
         where = f"{jobs} local job{'s' if jobs != 1 else ''}"
         window = 2 * jobs
+    results_dir.mkdir(parents=True, exist_ok=True)
 
-    print(f"{exercise}: {len(submissions)} submissions in {directory}; {len(results)} already graded, "
-          f"{len(todo)} to grade with {where}", file=sys.stderr)
+    results: dict[str, dict] = {}
+    unwritten: list[str] = []
+    todo = []
+    names = _json_names([path.relative_to(directory) for path in submissions])
+
+    def keep(rel, target, result) -> None:
+        """The result is a row whatever happens; its file is written when the disk lets it."""
+        results[str(rel)] = result
+        try:
+            write_json(target, result)
+        except OSError as err:
+            unwritten.append(str(rel))
+            print(f"{clean_text(str(rel))}: its result could not be written to {target.name} ({err.strerror}); "
+                  "it is in the gradebook", file=sys.stderr)
+
+    for path in submissions:            # hashed here, read only when its turn comes (memory)
+        rel = path.relative_to(directory)
+        target = results_dir / names[rel]
+        refusal = _refusal(path)
+        if refusal is not None:
+            keep(rel, target, _unreadable(exercise, str(rel), refusal))
+            continue
+        try:
+            sha = _file_sha256(path)
+        except (OSError, Refused):      # one file the grader cannot read does not stop the class
+            todo.append((rel, path, target))
+            continue
+        previous = None if force else _previous(target, sha, exercise, fingerprint)
+        if previous is not None:
+            results[str(rel)] = previous
+        else:
+            todo.append((rel, path, target))
+
+    print(clean_text(f"{exercise}: {len(submissions)} files in {directory}; {len(results)} already graded or "
+                     f"refused, {len(todo)} to grade with {where}"), file=sys.stderr)
     bar = tqdm(total=len(todo), desc=f"grading {exercise}", unit="sub", disable=not progress or not todo,
                file=sys.stderr, dynamic_ncols=True)
     last_csv = 0.0
     queue = iter(todo)
     futures: dict = {}
+    stopped = None
 
     def finish(rel, target, result):
-        write_json(target, result)
-        results[str(rel)] = result
+        keep(rel, target, result)
         bar.update(1)
         bar.set_postfix_str(f"last: {result['status']}", refresh=False)
 
@@ -192,14 +249,15 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
         for rel, path, target in queue:
             try:
                 data = _read(path)
-            except OSError as err:
-                finish(rel, target, _unreadable(exercise, str(rel), err))
+            except (OSError, Refused) as err:
+                finish(rel, target, _unreadable(exercise, str(rel), _why(err)))
                 continue
             future = executor.submit(grade_blob, data, rel.name, exercise, limits.as_dict(), isolation, str(rel))
             futures[future] = (rel, target)
             return future
         return None
 
+    workers = _WorkerWatch(client, scheduler, wait_for_workers) if client is not None else None
     try:
         pending = set()
         while len(pending) < window and (future := submit_next()) is not None:
@@ -211,10 +269,14 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
                 try:
                     result = future.result()
                 except Exception as err:  # noqa: BLE001 - a worker lost, a cluster error
-                    result = _failed(exercise, str(rel), "", f"{type(err).__name__}: {err}")
+                    result = grader_failed(exercise, f"{type(err).__name__}: {err}", submission=str(rel))
                 finish(rel, target, result)
                 if (new := submit_next()) is not None:
                     pending.add(new)
+            if workers is not None and not done and (stopped := workers.check()):
+                for future in pending:
+                    future.cancel()
+                break
             if done and time.monotonic() - last_csv > CSV_EVERY:
                 write_gradebook(out_csv, exercise, results)
                 last_csv = time.monotonic()
@@ -233,10 +295,46 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
     statuses = Counter(r.get("status", "?") for r in results.values())
     summary = {"submissions": len(submissions), "graded": len(todo), "resumed": len(submissions) - len(todo),
                "statuses": dict(statuses), "csv": str(out_csv), "results": str(results_dir),
-               "missing_results": len(submissions) - len(results)}
-    print(f"{exercise}: {len(results)} results ({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}); "
-          f"gradebook {out_csv}, one JSON per submission in {results_dir}", file=sys.stderr)
+               "missing_results": len(submissions) - len(results), "unwritten": unwritten, "stopped": stopped}
+    print(clean_text(f"{exercise}: {len(results)} results for {len(submissions)} files "
+                     f"({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}); gradebook {out_csv}, "
+                     f"one JSON per submission in {results_dir}"), file=sys.stderr)
+    if stopped:
+        print(clean_text(f"{exercise}: stopped: {stopped}; what was graded is saved: run the same command "
+                         "again to resume"), file=sys.stderr)
     return summary
+
+
+class _WorkerWatch:
+    """Whether a Dask cluster still has a worker: says so once when none is connected, again when
+    one is back, and after ``patience`` seconds with none (None: never) says why the batch stops."""
+
+    def __init__(self, client, scheduler: str, patience: float | None):
+        self.client, self.scheduler, self.patience = client, scheduler, patience
+        self.since: float | None = None
+
+    def _count(self) -> int | None:
+        try:
+            return len(self.client.scheduler_info().get("workers", {}))
+        except Exception:  # noqa: BLE001 - the scheduler itself is gone: distributed reports it
+            return None
+
+    def check(self) -> str | None:
+        count = self._count()
+        if count is None or count > 0:
+            if self.since is not None and count:
+                print(f"a Dask worker is connected to {self.scheduler} again: grading goes on", file=sys.stderr)
+            self.since = None
+            return None
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            then = ("waiting until one connects" if self.patience is None else
+                    f"waiting {self.patience:g} s for one (--wait-for-workers), then stopping")
+            print(f"no Dask worker is connected to {self.scheduler}: {then}", file=sys.stderr)
+        if self.patience is not None and now - self.since >= self.patience:
+            return f"no Dask worker was connected to {self.scheduler} for {self.patience:g} s"
+        return None
 
 
 def _cell(text: str) -> str:
@@ -249,6 +347,19 @@ def _cell(text: str) -> str:
 def _column(number: int, item) -> str:
     """The gradebook's header of a result's entry: its number and name ("t03 one token")."""
     return f"t{number:02d} {item.name}"
+
+
+def _main_reason(result: dict) -> str:
+    """The gradebook's ``message`` of a result: for every result below full marks, whatever its
+    status, its first note (an import that failed, a time limit), else its first failing test's
+    feedback (every test ran out of memory, the starter is not implemented yet); empty at full
+    marks."""
+    if result.get("status") == "ok" and result.get("score", 0) >= result.get("max_score", 0) > 0:
+        return ""
+    lines = [l.removeprefix("Note: ") for l in str(result.get("output") or "").splitlines()
+             if l.strip() and not l.startswith("Isolation:") and " hidden tests passed" not in l]
+    lines += [str(t.get("output", "")) for t in result.get("tests", []) if t.get("status") != "passed"]
+    return (lines[0] if lines else f"status {result.get('status', '?')}")[:300]
 
 
 def write_gradebook(out_csv: Path, exercise: str, results: dict[str, dict]) -> None:
@@ -269,12 +380,7 @@ def write_gradebook(out_csv: Path, exercise: str, results: dict[str, dict]) -> N
         for t in tests:
             entry = by_name.get(t.name)
             cells.append(f"{entry['score']:g}" if entry else "")
-        message = ""
-        if result.get("status") != "ok":      # why: the first note, else the first failing test's
-            lines = [l.removeprefix("Note: ") for l in (result.get("output") or "").splitlines()
-                     if not l.startswith("Isolation:") and " hidden tests passed" not in l]
-            lines += [t.get("output", "") for t in result.get("tests", []) if t.get("status") != "passed"]
-            message = (lines[0] if lines else "")[:300]
+        message = _main_reason(result)
         writer.writerow([_cell(name), result.get("status", ""), f"{result.get('score', 0):g}",
                          f"{result.get('max_score', 0):g}", *cells, result.get("isolation", ""),
                          result.get("execution_time", ""), result.get("sha256", ""), _cell(message)])

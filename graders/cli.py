@@ -1,7 +1,8 @@
 """``python -m graders``: grade one submission, a whole class, run the public checks, make a release.
 
-    python -m graders grade SUBMISSION [--exercise NAME] [--json OUT]
-    python -m graders batch DIR --exercise NAME --out gradebook.csv [--jobs N] [--scheduler ADDRESS]
+    python -m graders grade SUBMISSION --exercise NAME [--json OUT]
+    python -m graders batch DIR --exercise NAME --out gradebook.csv [--jobs N] [--scheduler ADDRESS
+                            [--wait-for-workers S]]
     python -m graders check SUBMISSION [--exercise NAME]
     python -m graders release --out _build/release
     python -m graders list
@@ -9,7 +10,8 @@
 Exit status: ``grade`` 0 whenever a result was produced, whatever the score (and the result is
 written with ``--json`` even when the submission or the grader crashed); ``check`` 0 when every
 public check passed, 1 otherwise; ``batch`` 0 when every submission has a result; 2 for a usage
-error (argparse's convention), everywhere.
+error (argparse's convention), everywhere: a symbolic link, a file whose name and metadata name
+different exercises when no ``--exercise`` is given, an unreachable Dask scheduler.
 """
 from __future__ import annotations
 
@@ -87,31 +89,47 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     g = sub.add_parser("grade", help="grade one submission (.ipynb or .py)")
-    g.add_argument("submission", metavar="SUBMISSION")
-    g.add_argument("--exercise", metavar="NAME", help="default: from the notebook's metadata or file name")
+    g.add_argument("submission", metavar="SUBMISSION",
+                   help="the learner's notebook (.ipynb) or Python file (.py); a symbolic link is refused")
+    g.add_argument("--exercise", metavar="NAME",
+                   help="the exercise to grade it as (see 'list'); without it, the notebook's metadata or "
+                        "the file name says, the choice is printed, and a file whose name and metadata "
+                        "disagree is refused. Instructors: always pass it")
     g.add_argument("--json", metavar="OUT", help="write Gradescope's results.json format to OUT")
     g.add_argument("--show-output", action="store_true", help="also print what the submission printed")
     _add_limits(g)
 
     b = sub.add_parser("batch", help="grade every submission in a folder into a gradebook")
-    b.add_argument("directory", metavar="DIR")
-    b.add_argument("--exercise", metavar="NAME", required=True)
+    b.add_argument("directory", metavar="DIR",
+                   help="the class's folder: every file under it (sub-folders too) gets a row of the "
+                        "gradebook; hidden files are skipped")
+    b.add_argument("--exercise", metavar="NAME", required=True,
+                   help="the exercise every submission is graded as (see 'list'), whatever its metadata says")
     b.add_argument("--out", metavar="CSV", required=True, help="the gradebook (one row per submission)")
     b.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
                    help="submissions graded at once (default: the number of cores)")
     b.add_argument("--scheduler", metavar="ADDRESS", help="a Dask distributed scheduler (tcp://host:8786)")
+    b.add_argument("--wait-for-workers", type=_positive_float, default=None, metavar="S",
+                   help="with --scheduler: stop after S seconds with no Dask worker connected, keeping what "
+                        "was graded (default: say so and keep waiting)")
+    b.add_argument("--connect-timeout", type=_positive_float, default=30.0, metavar="S",
+                   help="with --scheduler: seconds to reach the scheduler (default 30)")
     b.add_argument("--results", metavar="FOLDER", help="one JSON per submission (default: next to the CSV)")
     b.add_argument("--force", action="store_true", help="regrade submissions already graded")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_limits(b)
 
     c = sub.add_parser("check", help="run the public checks only")
-    c.add_argument("submission", metavar="SUBMISSION")
-    c.add_argument("--exercise", metavar="NAME")
+    c.add_argument("submission", metavar="SUBMISSION",
+                   help="the learner's notebook (.ipynb) or Python file (.py); a symbolic link is refused")
+    c.add_argument("--exercise", metavar="NAME",
+                   help="the exercise whose public checks to run (default: from the notebook's metadata or "
+                        "the file name; refused when they disagree)")
     _add_limits(c)
 
     r = sub.add_parser("release", help="a learner's copy of the course (no solutions, no hidden tests)")
-    r.add_argument("--out", metavar="DIR", default="_build/release")
+    r.add_argument("--out", metavar="DIR", default="_build/release",
+                   help="the folder to write the learner's copy to (default _build/release)")
     r.add_argument("--root", metavar="DIR", default=None, help="the course checkout (default: this one)")
 
     sub.add_parser("list", help="the exercises the grader knows")
@@ -136,7 +154,7 @@ def _usage(message: str) -> int:
 
 def _grade(args) -> int:
     from .grading import UsageError, grade_file
-    from .results import write_json
+    from .results import printable, write_json
     if args.exercise is not None and args.exercise not in registry.names():
         _write_usage_result(args, f"no exercise named {args.exercise!r}")
         return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
@@ -148,6 +166,9 @@ def _grade(args) -> int:
         return _usage(str(err))
     except Exception as err:  # noqa: BLE001 - the grader crashed before it had a result
         result = _crash_result(args, err)
+    if result.get("exercise_inferred"):
+        print(f"python -m graders: {printable(result['exercise_inferred'])}; pass --exercise NAME to fix it",
+              file=sys.stderr)
     if args.json:
         try:
             write_json(args.json, result)
@@ -162,22 +183,17 @@ def _grade(args) -> int:
 
 
 def _crash_result(args, err: BaseException) -> dict:
-    """A result for a grader that crashed outside the grading itself: every test of the exercise
-    (when it can still be told) at 0, so that the maximum score stays right."""
-    from .results import make_result, test_entry
-    name, tests = args.exercise, []
-    try:
-        from .grading import read_submission, resolve_exercise
-        if name is None:
+    """A result for a grader that crashed outside the grading itself (``results.grader_failed``,
+    as ``grade`` and ``batch`` give): every test of the exercise, when it can still be told, at 0."""
+    from .results import grader_failed
+    name = args.exercise
+    if name is None:
+        try:
+            from .grading import read_submission, resolve_exercise
             name = resolve_exercise(read_submission(args.submission), Path(args.submission).name, None)
-        tests = [test_entry(i.name, i.points, False, "not graded: the grader failed", i.visibility)
-                 for i in registry.items(name)]
-    except Exception:  # noqa: BLE001
-        pass
-    return make_result(exercise=name, tests=tests, status="grader_error", isolation="none",
-                       execution_time=0.0, output=f"The grader itself failed ({type(err).__name__}: {err}); "
-                                                  "this is not your fault. Please tell the course staff.",
-                       submission=args.submission)
+        except Exception:  # noqa: BLE001 - the exercise stays unknown; the result is still written
+            name = None
+    return grader_failed(name, f"{type(err).__name__}: {err}", submission=args.submission)
 
 
 def _print_result(result: dict, args) -> None:
@@ -214,12 +230,14 @@ def _batch(args) -> int:
         summary = run_batch(directory, args.exercise, Path(args.out), jobs=args.jobs,
                             scheduler=args.scheduler, limits=_limits(args), isolation=args.isolation,
                             results_dir=Path(args.results) if args.results else None,
-                            force=args.force, progress=not args.no_progress)
+                            force=args.force, progress=not args.no_progress,
+                            wait_for_workers=args.wait_for_workers, connect_timeout=args.connect_timeout)
     except KeyboardInterrupt:
         print("interrupted: what was graded is saved; run the same command again to resume", file=sys.stderr)
         return 130
     except (OSError, RuntimeError, ValueError) as err:
-        return _usage(str(err))
+        where = f" (the Dask scheduler {args.scheduler} could not be reached)" if args.scheduler else ""
+        return _usage(f"{err}{where}")
     return 0 if summary["missing_results"] == 0 else 1
 
 

@@ -57,7 +57,7 @@ import numpy as np
 from . import registry
 from .checks import CallResult, Fail, describe
 from .harness import decode, encode
-from .notebook import MAX_FILE_BYTES, Extracted, Source, Unreadable, infer_exercise, read
+from .notebook import Extracted, Refused, Source, Unreadable, infer_exercise, read, read_file
 from .registry import Exercise, Lib, Module, Ref, Step, Test
 from .results import grader_failed, make_result, test_entry
 from .sandbox import Limits, Run, Sandbox, describe as describe_isolation, work_folder
@@ -258,10 +258,9 @@ def _timeout(test: Test, limits: Limits) -> float:
 
 def grade_file(path, exercise: str | None = None, *, limits: Limits | None = None,
                isolation: str = "auto") -> dict:
+    """Grade the submission file ``path`` (a regular file, never followed through a link)."""
     path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{path}: no such file")
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         raise UsageError(f"{path} is a folder; use 'batch' to grade a folder of submissions")
     return grade_bytes(read_submission(path), path.name, exercise, limits=limits, isolation=isolation,
                        label=str(path))
@@ -269,15 +268,12 @@ def grade_file(path, exercise: str | None = None, *, limits: Limits | None = Non
 
 def read_submission(path) -> bytes:
     """The bytes of a submission file, at most one byte past what the grader reads (so that a huge
-    file is refused with a message, not loaded); a FIFO or a device is a usage error."""
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"{path} is not a regular file")
+    file is refused with a message, not loaded), opened without following a symbolic link
+    (``notebook.open_file``); a link, a folder, a FIFO or a device is a usage error that says so."""
     try:
-        with open(path, "rb") as f:
-            return f.read(MAX_FILE_BYTES + 1)
-    except OSError as err:
-        raise UsageError(f"{path} cannot be read: {err.strerror}") from None
+        return read_file(path)
+    except Refused as err:
+        raise UsageError(str(err).replace(Path(path).name, str(path), 1)) from None
 
 
 def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
@@ -293,7 +289,10 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
         common["fingerprint"] = registry.fingerprint(name)
         ex = registry.get(name)
         limits = limits.resolved(ex.test_seconds, ex.submission_seconds)   # the exercise's defaults
-        return _grade(source, name, note, limits, isolation, clock, common)
+        result = _grade(source, name, note, limits, isolation, clock, common)
+        if note:
+            result["exercise_inferred"] = note
+        return result
     except Exception as err:  # noqa: BLE001 - a result is always produced
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()
         return grader_failed(name, detail, execution_time=time.perf_counter() - clock,
@@ -447,34 +446,28 @@ def resolve_exercise(data: bytes, filename: str, exercise: str | None) -> str:
 
 
 def _resolve(source: Source | Unreadable, filename: str, exercise: str | None) -> tuple[str, str | None]:
-    """(exercise, a note for the learner or None).  When the notebook's metadata and the file name
-    name different exercises, the one whose functions the submission defines wins (the metadata
-    when both or neither), and the note says so."""
+    """(exercise, a note that says how it was chosen, or None when it was given).  Whoever grades
+    fixes the exercise (``batch`` always does); without one, the notebook's metadata or the file
+    name says, and when both name an exercise and they differ, the submission is refused: it
+    never chooses what it is graded as."""
     known = registry.names()
     if exercise is not None:
         if exercise not in known:
             raise UsageError(f"no exercise named {exercise!r}; the grader knows: {', '.join(known)}")
         return exercise, None
-    readable = isinstance(source, Source)
-    hint = source.exercise if readable else None
+    hint = source.exercise if isinstance(source, Source) else None
     by_meta = hint if hint in known else None
     by_name = infer_exercise(filename, None, known)
+    if by_meta and by_name and by_meta != by_name:
+        raise UsageError(f"{filename}: its notebook's metadata says it is the exercise '{by_meta}' but its "
+                         f"file name says '{by_name}'; the grader does not let a submission choose its "
+                         "exercise: pass --exercise NAME")
     name = by_meta or by_name
     if name is None:
         raise UsageError(f"cannot tell which exercise {filename} is for (no kvcourse metadata, and its "
                          f"name contains none of: {', '.join(known)}); pass --exercise NAME")
-    if by_meta and by_name and by_meta != by_name:
-        defined = source.defined_names()
-
-        def defines(ex):
-            return set(registry.get(ex).functions) <= defined
-        if defines(by_name) and not defines(by_meta):
-            name, why = by_name, "the one whose function it defines"
-        else:
-            why = "as its metadata says"
-        return name, (f"the notebook's metadata says it is the exercise '{by_meta}' but its file name "
-                      f"says '{by_name}': graded as '{name}' ({why}); pass --exercise NAME to choose")
-    return name, None
+    how = "its notebook's metadata" if by_meta else "its file name"
+    return name, f"graded as '{name}', the exercise {how} names (no exercise was given)"
 
 
 # ------------------------------------------------------------------ 4-5. run, parse, outcomes
@@ -757,8 +750,6 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
     import public_checks
     limits = limits or Limits()
     path = Path(path)
-    if not path.exists():
-        raise UsageError(f"{path}: no such file")
     data = read_submission(path)
     source = _read(data, path.name)
     name = _resolve(source, path.name, exercise)[0]
@@ -774,9 +765,11 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
     except Unreadable as err:
         return {"exercise": name, "outcomes": [], "isolation": "none", "problem": str(err)}
     missing = extracted.missing(functions)
-    if missing:
+    if missing:                   # what stopped the function being read comes first, as grade says it
+        why = [n for n in extracted.notes if n.startswith("syntax error")]
         return {"exercise": name, "outcomes": [], "isolation": "none",
-                "problem": f"no function named '{missing[0]}' was found: {extracted.suggestion(missing[0])}"}
+                "problem": "; ".join(why + [f"no function named '{missing[0]}' was found: "
+                                            f"{extracted.suggestion(missing[0])}"])}
     sandbox = Sandbox(isolation)
     exercise = registry.get(name)
     limits = limits.resolved(exercise.test_seconds, exercise.submission_seconds)

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import ast
 import difflib
+import errno
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Unreadable", "Extracted", "Source", "read", "extract", "extract_file", "infer_exercise", "peek"]
+__all__ = ["Unreadable", "Refused", "Extracted", "Source", "read", "read_file", "open_file", "extract", "extract_file",
+           "infer_exercise", "peek"]
 
 # Modules the course's notebooks import that are never needed by an answer: dropped silently.
 DROPPED_IMPORTS = {"public_checks"}
@@ -62,6 +66,51 @@ _HELP_LINE = re.compile(r"^\s*\??[\w.]+\?\??\s*$")
 
 class Unreadable(ValueError):
     """The submission cannot be read at all (the message says why, for the learner)."""
+
+
+class Refused(Unreadable):
+    """The submission is not a regular file the grader opens: a symbolic link, a folder, a FIFO or
+    a device, or it is gone or unreadable (the message names it and says why)."""
+
+
+def open_file(path):
+    """``path`` opened for reading as a regular file, never through a symbolic link: ``lstat``
+    first (a link is refused without reading where it points), then ``O_NOFOLLOW`` (a link put in
+    its place meanwhile fails to open), ``O_NONBLOCK`` (a FIFO cannot hang the grader), and
+    ``fstat`` of what was opened.  Raises ``Refused``."""
+    name = os.fsdecode(os.path.basename(os.fspath(path))) or os.fsdecode(os.fspath(path))
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise Refused(f"{name}: no such file") from None
+    except OSError as err:
+        raise Refused(f"{name} could not be read ({err.strerror})") from None
+    if stat.S_ISLNK(mode):
+        raise Refused(f"{name} is a symbolic link; the grader reads only regular files, never what a "
+                      "link points to (hand in the notebook itself)")
+    if stat.S_ISDIR(mode):
+        raise Refused(f"{name} is a folder, not a notebook or a .py file")
+    if not stat.S_ISREG(mode):
+        raise Refused(f"{name} is not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        why = "it became a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise Refused(f"{name} could not be read ({why})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise Refused(f"{name} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def read_file(path, limit: int | None = None) -> bytes:
+    """The bytes of the submission file ``path`` (``open_file``), at most ``limit`` of them (by
+    default one byte past what the grader reads, so that a huge file is refused, not loaded)."""
+    with open_file(path) as f:
+        try:
+            return f.read(MAX_FILE_BYTES + 1 if limit is None else limit)
+        except OSError as err:
+            raise Refused(f"{os.path.basename(os.fspath(path))} could not be read ({err.strerror})") from None
 
 
 @dataclass
@@ -108,15 +157,7 @@ class Extracted:
 def extract_file(path, functions=()) -> Extracted:
     """Read ``path`` (``.ipynb`` or anything else as Python) and extract it."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise Unreadable(f"{path.name}: no such file") from None
-    except IsADirectoryError:
-        raise Unreadable(f"{path.name} is a directory, not a notebook or a .py file") from None
-    except OSError as err:
-        raise Unreadable(f"{path.name} could not be read ({err.strerror})") from None
-    return extract(data, path.name, functions)
+    return extract(read_file(path), path.name, functions)
 
 
 def extract(data: bytes, filename: str, functions=()) -> Extracted:

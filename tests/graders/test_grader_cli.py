@@ -129,19 +129,31 @@ def test_list_names_every_exercise(capsys):
         assert name in out
 
 
-def test_metadata_and_file_name_disagreeing_pick_the_defined_exercise_and_say_so(tmp_path):
+def test_metadata_and_file_name_disagreeing_are_refused_and_an_inferred_exercise_is_stated(tmp_path):
+    """A notebook named for one exercise whose metadata names another was graded as the other
+    (25/25 on the wrong exercise): the submission chose.  Now it is refused (exit 2) unless the
+    grader passes --exercise, and an exercise that was inferred is stated with where from."""
     def nb(source, exercise):
         return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
                                       "execution_count": None}],
                            "metadata": {"kvcourse": {"exercise": exercise}}, "nbformat": 4, "nbformat_minor": 5})
-    (tmp_path / "softmax.ipynb").write_text(nb(GOOD["softmax"], "kv_cache_bytes"))
-    proc = graders("grade", tmp_path / "softmax.ipynb")
-    assert proc.returncode == 0 and proc.stdout.startswith("softmax:"), proc.stdout
-    assert "metadata says it is the exercise 'kv_cache_bytes'" in proc.stdout and "Score: 14 / 14" in proc.stdout
-    (tmp_path / "max_batch.ipynb").write_text(nb(GOOD["kv_cache_bytes"], "kv_cache_bytes"))
-    proc = graders("grade", tmp_path / "max_batch.ipynb")
+    (tmp_path / "softmax.ipynb").write_text(nb(GOOD["kv_cache_bytes"], "kv_cache_bytes"))
+    proc = graders("grade", tmp_path / "softmax.ipynb", "--json", tmp_path / "r.json")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout
+    assert "metadata says it is the exercise 'kv_cache_bytes' but its file name says 'softmax'" in proc.stderr
+    assert "pass --exercise NAME" in proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "usage_error"
+    proc = graders("check", tmp_path / "softmax.ipynb")
+    assert proc.returncode == 2 and "file name says 'softmax'" in proc.stderr
+    proc = graders("grade", tmp_path / "softmax.ipynb", "--exercise", "kv_cache_bytes")
+    assert proc.returncode == 0 and "Score: 9 / 9" in proc.stdout and "graded as" not in proc.stderr
+    (tmp_path / "jdoe.ipynb").write_text(nb(GOOD["kv_cache_bytes"], "kv_cache_bytes"))
+    proc = graders("grade", tmp_path / "jdoe.ipynb")
     assert proc.returncode == 0 and proc.stdout.startswith("kv_cache_bytes:"), proc.stdout
-    assert "as its metadata says" in proc.stdout
+    assert "graded as 'kv_cache_bytes', the exercise its notebook's metadata names" in proc.stderr
+    (tmp_path / "max_batch-jdoe.py").write_text(GOOD["max_batch"])
+    proc = graders("grade", tmp_path / "max_batch-jdoe.py")
+    assert proc.returncode == 0 and "the exercise its file name names" in proc.stderr
 
 
 @pytest.mark.parametrize("source, status", [

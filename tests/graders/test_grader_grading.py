@@ -151,9 +151,9 @@ def test_grading_and_the_public_checks_write_their_jobs_with_one_writer(monkeypa
 
 
 def test_a_notebook_is_decoded_and_parsed_once(monkeypatch):
-    """Choosing the exercise (the metadata and the file name disagree, so what it defines
-    decides) and extracting the answer share one decoding of the JSON and one parse per cell;
-    they used to be a regular expression over the text and then the parser."""
+    """Choosing the exercise (from the metadata: the file name names none) and extracting the
+    answer share one decoding of the JSON and one parse per cell; they used to be a regular
+    expression over the text and then the parser."""
     decoded, parsed = [], []
     real_loads, real_parse = notebook.json.loads, notebook._parse
     monkeypatch.setattr(notebook.json, "loads",       # (json is shared: count the notebook's decodings)
@@ -161,10 +161,10 @@ def test_a_notebook_is_decoded_and_parsed_once(monkeypatch):
     monkeypatch.setattr(notebook, "_parse", lambda *a, **k: parsed.append(1) or real_parse(*a, **k))
     cells = ["import numpy as np\n", GOOD["softmax"], "print(softmax([1.0, 2.0]))\n"]
     nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "source": c} for c in cells],
-          "metadata": {"kvcourse": {"exercise": "causal_attention"}}, "nbformat": 4, "nbformat_minor": 5}
+          "metadata": {"kvcourse": {"exercise": "softmax"}}, "nbformat": 4, "nbformat_minor": 5}
     data = json.dumps(nb).encode()
     decoded.clear()
-    result = grading.grade_bytes(data, "jdoe-softmax.ipynb", limits=FAST)
+    result = grading.grade_bytes(data, "jdoe.ipynb", limits=FAST)
     assert result["exercise"] == "softmax" and result["score"] == result["max_score"]
     assert "graded as 'softmax'" in result["output"]
     assert sum(decoded) == 1 and len(parsed) == len(cells)
