@@ -65,6 +65,86 @@ def assert_grading_goes_on(isolation):
     assert again["score"] == again["max_score"]
 
 
+# ------------------------------------------------------- text, links and files of a class
+# What a submission writes is data: lone surrogates reach the result escaped, never as a crash; a
+# link is refused in grade and batch; a batch of a class with poisoned files writes every row.
+
+
+def assert_valid_result(result):
+    """The result is strict UTF-8 JSON once written (no lone surrogate), as results.write_json writes it."""
+    import json
+    json.dumps(result, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def test_a_correct_answer_with_surrogates_in_its_notes_gets_full_marks(isolation):
+    result = grade_hostile("surrogate_notes.py", "softmax", isolation)
+    assert result["status"] == "ok" and result["score"] == result["max_score"] > 0, result["output"]
+    assert "\\udc80\\udcff" in result["output"]
+    assert_valid_result(result)
+
+
+def test_surrogates_in_exceptions_and_function_names_are_escaped(isolation):
+    result = grade_hostile("surrogate_errors.py", "softmax", isolation)
+    assert result["status"] == "ok", result["output"]
+    assert_zero(result)
+    feedback = "\n".join(t["output"] for t in result["tests"])
+    assert "no answer \\udc80 here" in feedback and "in \\udc80\\udcff" in feedback
+    assert_valid_result(result)
+
+
+def test_a_link_is_refused_and_nothing_of_its_target_is_read(isolation, tmp_path):
+    from graders import grade_file
+    from graders.grading import UsageError
+    secret = tmp_path / "secret.txt"
+    secret.write_text("def softmax(x):\n    return 'TARGET-CANARY'\n")
+    for target in (ROOT / "solutions" / "softmax.ipynb", secret):
+        link = tmp_path / f"softmax-{target.stem}.py"
+        link.symlink_to(target)
+        with pytest.raises(UsageError, match="is a symbolic link; the grader reads only regular files"):
+            grade_file(link, "softmax", limits=FAST, isolation=isolation)
+
+
+def test_a_class_with_poisoned_files_gets_a_row_for_every_file(isolation, tmp_path):
+    """One good submission among a link to the solutions, a link to a file outside the class, a
+    120 MB notebook of ``{}``, surrogates in a file name and in exceptions, a .pdf and a .txt:
+    every file has a row, with zero and the reason for every poisoned one."""
+    import csv
+    import os
+    from graders.batch import run_batch
+    sandbox_for(isolation)
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "good.py").write_text(GOOD["softmax"])
+    (folder / "solution-link.ipynb").symlink_to(ROOT / "solutions" / "softmax.ipynb")
+    outside = tmp_path / "outside.py"
+    outside.write_text("OUTSIDE-CANARY = 1\n")
+    (folder / "outside-link.py").symlink_to(outside)
+    with open(folder / "huge.ipynb", "wb") as f:
+        f.write(b'{"cells": [')
+        for _ in range(40):
+            f.write(b"{}," * 1_000_000)
+        f.write(b'{}], "metadata": {}}')
+    (folder / os.fsdecode(b"learner\xff.py")).write_bytes((HOSTILE / "surrogate_errors.py").read_bytes())
+    (folder / "essay.pdf").write_bytes(b"%PDF-1.4 not a notebook")
+    (folder / "notes.txt").write_text("my answers are in the notebook")
+    out = tmp_path / "gradebook.csv"
+    summary = run_batch(folder, "softmax", out, jobs=2, limits=FAST, isolation=isolation, progress=False)
+    assert summary["submissions"] == 7 and summary["missing_results"] == 0
+    with open(out, newline="", encoding="utf-8") as f:
+        rows = {row["submission"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {"good.py", "solution-link.ipynb", "outside-link.py", "huge.ipynb", "learner\\udcff.py",
+                         "essay.pdf", "notes.txt"}
+    assert rows["good.py"]["score"] == rows["good.py"]["max_score"] and rows["good.py"]["message"] == ""
+    for name, words in (("solution-link.ipynb", "symbolic link"), ("outside-link.py", "symbolic link"),
+                        ("huge.ipynb", "more than 1,000,000 items"), ("learner\\udcff.py", "no answer \\udc80"),
+                        ("essay.pdf", "a .pdf file is not a notebook"), ("notes.txt", "a .txt file is not")):
+        assert rows[name]["score"] == "0" and words in rows[name]["message"], (name, rows[name])
+    written = out.read_text(encoding="utf-8") + "".join(
+        p.read_text(encoding="utf-8") for p in (tmp_path / "gradebook-results").iterdir())
+    assert "CANARY" not in written and "OUTSIDE" not in written
+    assert len(list((tmp_path / "gradebook-results").iterdir())) == 7
+
+
 # (file, exercise, statuses, words in the feedback, which tests must score zero, limits)
 CASES = [
     ("loop_at_import.py", "softmax", {"timeout"}, "loading the submission took longer", ALL_TESTS, FAST),
