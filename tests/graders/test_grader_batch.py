@@ -251,3 +251,92 @@ def test_a_file_name_cannot_overwrite_another_learners_results(tmp_path):
     assert by_submission["alice__hw.py"]["score"] < by_submission["alice__hw.py"]["max_score"]
     again = run_batch(tmp_path / "class", "kv_cache_bytes", out, jobs=1, limits=FAST, progress=False)
     assert again["graded"] == 0 and again["resumed"] == 2
+
+
+# ------------------------------------------------------------------- what an instructor sees
+
+
+def test_every_row_below_full_marks_says_its_main_reason(tmp_path):
+    """The message column was empty for every ``ok`` row, even at 0: the untouched starter, every
+    test out of memory, an import of the engine that failed."""
+    import shutil
+    folder = tmp_path / "class"
+    folder.mkdir()
+    shutil.copy(ROOT / "exercises" / "kv_cache_bytes.ipynb", folder / "starter.ipynb")
+    (folder / "memory.py").write_text("def kv_cache_bytes(*args):\n    raise MemoryError\n")
+    (folder / "engine.py").write_text("import kvcache.cache\n" + GOOD["kv_cache_bytes"].replace(
+        "return 2 *", "return kvcache.cache.nothing_here() * 2 *"))
+    (folder / "good.py").write_text(GOOD["kv_cache_bytes"])
+    run_batch(folder, "kv_cache_bytes", tmp_path / "gb.csv", jobs=2, limits=FAST, progress=False)
+    rows = read_csv(tmp_path / "gb.csv")
+    assert {r["status"] for r in rows.values()} == {"ok"}
+    assert "is not implemented yet" in rows["starter.ipynb"]["message"]
+    assert "ran out of memory" in rows["memory.py"]["message"]
+    assert "'import kvcache.cache' failed in the grader" in rows["engine.py"]["message"]
+    assert rows["good.py"]["message"] == "" and rows["good.py"]["score"] == rows["good.py"]["max_score"]
+
+
+def test_the_exercise_is_the_one_the_batch_names_whatever_the_metadata_says(tmp_path):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                     "source": GOOD["max_batch"]}],
+          "metadata": {"kvcourse": {"exercise": "max_batch"}}, "nbformat": 4, "nbformat_minor": 5}
+    (folder / "kv_cache_bytes.ipynb").write_text(json.dumps(nb))
+    run_batch(folder, "kv_cache_bytes", tmp_path / "gb.csv", jobs=1, limits=FAST, progress=False)
+    row = read_csv(tmp_path / "gb.csv")["kv_cache_bytes.ipynb"]
+    assert row["score"] == "0" and "no function named 'kv_cache_bytes'" in row["message"]
+    result = json.loads((tmp_path / "gb-results" / "kv_cache_bytes.ipynb.json").read_text())
+    assert result["exercise"] == "kv_cache_bytes"
+
+
+def test_an_unreachable_scheduler_is_an_error_that_leaves_no_results_folder(tmp_path):
+    pytest.importorskip("distributed")
+    import socket
+    make_class(tmp_path / "class", n_good=1, hostile=())
+    with socket.socket() as s:                   # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.run([PYTHON, "-m", "graders", "batch", str(tmp_path / "class"), "--exercise",
+                           "kv_cache_bytes", "--out", str(tmp_path / "gb.csv"), "--scheduler",
+                           f"tcp://127.0.0.1:{port}", "--connect-timeout", "2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "could not be reached" in proc.stderr, proc.stderr
+    assert not (tmp_path / "gb-results").exists() and not (tmp_path / "gb.csv").exists()
+
+
+def test_with_every_dask_worker_gone_the_batch_says_so_and_stops_when_told(tmp_path, capsys):
+    distributed = pytest.importorskip("distributed")
+    make_class(tmp_path / "class", n_good=2, hostile=())
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None, protocol="tcp", host="127.0.0.1") as cluster:
+        for worker in list(cluster.workers.values()):
+            cluster.sync(worker.close)
+        cluster.scale(0)
+        summary = run_batch(tmp_path / "class", "kv_cache_bytes", tmp_path / "gb.csv",
+                            scheduler=cluster.scheduler_address, limits=FAST, progress=False,
+                            wait_for_workers=2)
+    err = capsys.readouterr().err
+    assert f"no Dask worker is connected to {cluster.scheduler_address}" in err
+    assert "waiting 2 s for one (--wait-for-workers), then stopping" in err
+    assert summary["stopped"].startswith("no Dask worker was connected")
+    assert summary["missing_results"] == summary["submissions"] > 0
+    assert read_csv(tmp_path / "gb.csv") == {}         # the gradebook is written, with what was graded
+
+
+def test_with_no_worker_at_first_the_batch_waits_and_grades_when_one_connects(tmp_path, capsys):
+    distributed = pytest.importorskip("distributed")
+    import threading
+    make_class(tmp_path / "class", n_good=2, hostile=())
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None,
+                                  protocol="tcp", host="127.0.0.1") as cluster:
+        later = threading.Timer(3.0, lambda: cluster.scale(1))
+        later.start()
+        try:
+            summary = run_batch(tmp_path / "class", "kv_cache_bytes", tmp_path / "gb.csv",
+                                scheduler=cluster.scheduler_address, limits=FAST, progress=False)
+        finally:
+            later.cancel()
+    err = capsys.readouterr().err
+    assert "no Dask worker is connected" in err and "waiting until one connects" in err
+    assert summary["missing_results"] == 0 and summary["stopped"] is None

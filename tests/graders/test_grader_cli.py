@@ -1,4 +1,5 @@
 """The command line: ``python -m graders grade|check|list``, exit statuses, the results.json."""
+import argparse
 import json
 import os
 import subprocess
@@ -269,3 +270,38 @@ def test_a_grader_started_from_another_folder_by_a_relative_interpreter_path(tmp
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["status"] == "ok" and result["score"] == result["max_score"], result["output"]
+
+
+def test_help_describes_every_argument(capsys):
+    """Every argument of every command has a sentence (SUBMISSION, DIR, --exercise, release --out
+    had none)."""
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if not isinstance(action, argparse._HelpAction):
+                assert action.help, f"{name} {action.dest} has no help"
+    with pytest.raises(SystemExit):
+        cli.main(["grade", "--help"])
+    out = capsys.readouterr().out
+    assert "SUBMISSION" in out and "symbolic link is refused" in out and "Instructors: always pass it" in out
+
+
+def test_a_link_is_refused_by_grade_and_check(tmp_path):
+    link = tmp_path / "softmax.py"
+    link.symlink_to(ROOT / "solutions" / "softmax.ipynb")
+    for command in ("grade", "check"):
+        proc = graders(command, link, "--exercise", "softmax")
+        assert proc.returncode == 2 and "is a symbolic link" in proc.stderr, proc.stderr
+        assert "def softmax" not in proc.stdout + proc.stderr
+
+
+def test_check_names_a_syntax_error_as_grade_does(tmp_path):
+    cells = ["import numpy as np\n", "def softmax(scores):\n    e = np.exp(scores\n    return e / e.sum()\n"]
+    nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": c}
+                    for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "softmax.ipynb").write_text(json.dumps(nb))
+    checked = graders("check", tmp_path / "softmax.ipynb", "--exercise", "softmax")
+    graded = graders("grade", tmp_path / "softmax.ipynb", "--exercise", "softmax")
+    assert checked.returncode == 1 and "syntax error at cell 2, line 2" in checked.stdout, checked.stdout
+    assert "syntax error at cell 2, line 2" in graded.stdout
