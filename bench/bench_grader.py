@@ -19,7 +19,12 @@ Measured here, in one run (``python -m bench grader``, or ``make bench``):
    otter autograder whose tests check what ours do; the ratio of the medians is reported.  When
    otter cannot be installed or run here, the benchmark says exactly why.
 
-Set ``BENCH_GRADER_N`` for a smaller batch (default 200) and ``BENCH_OTTER_N`` for the number of
+6. the grader's own peak memory (its process's peak RSS, each case in a fresh process) on the worst
+   submissions this benchmark can build: an ordinary one (the baseline), one whose function writes
+   lines of ``{}`` on the results channel up to its cap (60 MB) at every call, and a 120 MB
+   notebook of ``{}``; the goal is a few hundred MB at most per job.
+
+Set ``BENCH_GRADER_MEMORY=0`` to skip 6, ``BENCH_GRADER_N`` for a smaller batch (default 200) and ``BENCH_OTTER_N`` for the number of
 submissions otter grades (default 8; each takes seconds).
 """
 from __future__ import annotations
@@ -342,6 +347,83 @@ def bench_otter(paths: list[Path], log) -> dict:
 # ----------------------------------------------------------------------------------- main
 
 
+# ------------------------------------------------------------------------- the grader's memory
+
+FLOOD_SOURCE = r"""
+import os
+import sys
+import numpy as np
+
+_LINES = [b'{"t": "result", "id": "t%02d", "calls": [' % k + b"{}," * 330_000 + b"{}]}\n" for k in range(1, 4)]
+_LINES.append(b'{"t": "result", "id": "t01", "calls": [' + b"{}," * 290_000 + b"{}]}\n")
+_LINES.append(b'{"t": "noise"}\n' * 20_000)
+
+
+def _flood():
+    fds = ([int(sys.argv[sys.argv.index("--channel-fd") + 1])] if "--channel-fd" in sys.argv
+           else list(range(3, 40)))
+    for fd in fds:
+        for line in _LINES:
+            try:
+                os.write(fd, line)
+            except OSError:
+                break
+
+
+def attend_step(x_t, cache, p):
+    _flood()
+    q, k, v = x_t @ p["Wq"], x_t @ p["Wk"], x_t @ p["Wv"]
+    K = np.vstack([cache["k"], k[None]])
+    V = np.vstack([cache["v"], v[None]])
+    s = K @ q / np.sqrt(q.shape[0])
+    w = np.exp(s - s.max())
+    return (w / w.sum()) @ V, {"k": K, "v": V}
+"""
+
+PEAK_ONE = r"""
+import json, resource, sys
+sys.path.insert(0, sys.argv[1])
+from graders import grade_file
+result = grade_file(sys.argv[2], "attend_step")
+print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "status": result["status"], "score": result["score"], "max_score": result["max_score"],
+                  "dropped": sum(r.get("dropped_messages") or 0 for r in result.get("runs", [])),
+                  "why": result["output"].splitlines()[:2]}))
+"""
+
+
+def worst_cases(folder: Path) -> dict[str, Path]:
+    """The submissions of the memory benchmark, written once into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cases = {"an ordinary submission": folder / "ordinary.py",
+             "a forged channel (lines of {} up to its cap, at every call)": folder / "flood.py",
+             "a 120 MB notebook of {}": folder / "empty-objects.ipynb"}
+    cases["an ordinary submission"].write_text("import math\nimport numpy as np\n" +
+                                               textwrap.dedent(_answer_source(0).split("import numpy as np\n", 1)[1]))
+    cases["a forged channel (lines of {} up to its cap, at every call)"].write_text(FLOOD_SOURCE)
+    notebook = cases["a 120 MB notebook of {}"]
+    if not notebook.exists() or notebook.stat().st_size < 120_000_000:
+        with open(notebook, "wb") as f:
+            f.write(b'{"cells": [')
+            for _ in range(40):
+                f.write(b"{}," * 1_000_000)
+            f.write(b'{}], "metadata": {"kvcourse": {"exercise": "attend_step"}}}')
+    return cases
+
+
+def bench_memory(folder: Path) -> dict[str, dict]:
+    """Each worst case graded in a process of its own: its peak RSS and what the grader said."""
+    measured = {}
+    for label, path in worst_cases(folder).items():
+        proc = subprocess.run([sys.executable, "-c", PEAK_ONE, str(ROOT), str(path)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0:
+            measured[label] = {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+        else:
+            measured[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return measured
+
+
 def main() -> int:
     n = int(os.environ.get("BENCH_GRADER_N", "200"))
     n_otter = int(os.environ.get("BENCH_OTTER_N", "8"))
@@ -358,6 +440,16 @@ def main() -> int:
     log(f"  where it goes: an empty sandbox (bubblewrap + interpreter) {one['empty_sandbox'] * 1000:.0f} ms, "
         f"the same importing numpy {one['numpy_sandbox'] * 1000:.0f} ms; the rest is the tests and comparisons")
     log(f"  goal under 1 s a submission: {'met' if one['median'] < 1.0 else 'NOT met'}")
+
+    if os.environ.get("BENCH_GRADER_MEMORY", "1") != "0":
+        log("the grader's peak memory (RSS of its process, one fresh process per case):")
+        for label, m in bench_memory(OUT / "worst").items():
+            if "error" in m:
+                log(f"  {label}: not measured ({m['error']})")
+                continue
+            log(f"  {label}: {m['peak_mb']:.0f} MB peak; {m['status']}, {m['score']:g} / {m['max_score']:g}"
+                + (f", {m['dropped']} channel messages dropped" if m["dropped"] else "")
+                + f" ({m['why'][-1][:110]})")
 
     compared = bench_before_after(paths[0])
     medians = compared["medians"]
