@@ -16,7 +16,6 @@ different exercises when no ``--exercise`` is given, an unreachable Dask schedul
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 

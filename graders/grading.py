@@ -21,6 +21,13 @@
 ``check_file`` runs the public checks the same way (steps 1-5), with the public checks' package
 in the sandbox instead of hidden tests.
 
+What the story needs from elsewhere: the outcome types (``outcomes``: ``Returned``, ``Problem``,
+``Verdict``, ``Trouble``), the words of the feedback (``feedback``: a process's death, an import
+that failed, an exception, a size), and the result's form (``results``: ``make_result``, and
+``grader_failed`` for step 7 when the grader itself failed).  The exercise is fixed by whoever
+grades: without one, the notebook's metadata or the file name names it, and a submission whose
+two say different things is refused (``UsageError``).
+
 Exercises that need more plug in at the seams above without changing the story:
 
 - a function that returns data the grader must run itself (a GA-2 program for the ``ga2``
@@ -44,20 +51,18 @@ import hashlib
 import io
 import json
 import shutil
-import signal
 import time
 import traceback
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 
-from . import registry
+from . import feedback, registry
 from .checks import CallResult, Fail, describe
 from .harness import decode, encode
 from .notebook import Extracted, Refused, Source, Unreadable, infer_exercise, read, read_file
+from .outcomes import Outcome, Problem, Returned, Trouble, Verdict
 from .registry import Exercise, Lib, Module, Ref, Step, Test
 from .results import grader_failed, make_result, test_entry
 from .sandbox import Limits, Run, Sandbox, describe as describe_isolation, work_folder
@@ -67,58 +72,15 @@ __all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files",
 
 GRADER_VERSION = "2"
 
+# The feedback's words live in ``feedback``; the running steps (4-5) call these two by these names.
+_death, _import_problem = feedback.death, feedback.import_problem
+
 
 class UsageError(ValueError):
     """The grader was asked something it cannot do (unknown exercise, no such file...)."""
 
 
 # ---------------------------------------------------------------------------------- outcomes
-
-
-class Trouble(str, Enum):
-    """What went wrong with a test beyond a wrong answer; it decides the submission's status."""
-
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"
-
-
-@dataclass(frozen=True)
-class Returned:
-    """What the harness sent back for one test (untrusted data, judged by the test's check)."""
-
-    message: dict
-
-    @property
-    def timed_out(self) -> bool:
-        return bool(self.message.get("timeout"))
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A test with no answer to judge: it timed out, the process died, or it was not run."""
-
-    text: str
-    trouble: Trouble
-
-    @property
-    def timed_out(self) -> bool:
-        return self.trouble is Trouble.TIMEOUT
-
-
-Outcome = Union[Returned, Problem]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One test judged: passed or not, the message for the learner, and any trouble.  ``raised``:
-    a call of the learner's function raised an exception; ``value``: what the test's check
-    returned (an exercise's ``report`` may read it)."""
-
-    passed: bool
-    message: str = ""
-    trouble: Trouble | None = None
-    raised: bool = False
-    value: object = None
 
 
 @dataclass
@@ -392,7 +354,7 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
         failures.update(run.transcript.known_import_failures(extracted.imports))
     available = "numpy, Python's standard library" + "".join(
         f" and {lib.name}" + (f" (without {', '.join(lib.hide)})" if lib.hide else "") for lib in exercise.libs)
-    notes += [f"'{stmt}' failed in the grader ({_error_kind(why) if quiet else why}); only {available} "
+    notes += [f"'{stmt}' failed in the grader ({feedback.error_kind(why) if quiet else why}); only {available} "
               "are available" for stmt, why in list(failures.items())[:5]]
     lines += [f"Note: {n}" for n in notes]
     over = sum(r.transcript.dropped for r in runs)
@@ -403,7 +365,7 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
     oom = sum(r.oom_killed for r in runs)
     if oom:
         lines.append(f"Note: the kernel stopped {oom} of its processes for going over the memory "
-                     f"limit ({_size(limits.memory_bytes)} for all its processes together)")
+                     f"limit ({feedback.size(limits.memory_bytes)} for all its processes together)")
     detail, held = "", {}
     if sandbox:
         held = {key: all(r.held.get(key) for r in runs) for key in runs[0].held} if runs else sandbox.planned()
@@ -566,62 +528,6 @@ def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]
     return f"the submission's process ended {runs} times", Trouble.CRASHED
 
 
-def _death(run: Run, seconds: float, limits: Limits) -> Problem:
-    """What to say about the test that was running when the process ended or was killed."""
-    if run.killed == "test_timeout":
-        return Problem(f"took longer than {seconds:g} s (the time limit of this test); is there an infinite "
-                       "loop?", Trouble.TIMEOUT)
-    if run.killed == "submission_timeout":
-        return Problem(f"the submission used up its time budget ({limits.submission_seconds:g} s) during this "
-                       "test", Trouble.TIMEOUT)
-    if run.killed == "channel_overflow":
-        return Problem("the submission flooded the grader's results channel during this test", Trouble.CRASHED)
-    if run.oom_killed:
-        return Problem(f"ran out of memory during this test: its processes went over the limit of "
-                       f"{_size(limits.memory_bytes)} together, and the kernel stopped them", Trouble.CRASHED)
-    if run.supervisor_lost:
-        return Problem("the submission's process ended during this test: the process that runs it (its "
-                       "parent) was killed, so it was stopped too", Trouble.CRASHED)
-    return Problem(f"the submission's process ended during this test ({_exit_text(run.returncode)})",
-                   Trouble.CRASHED)
-
-
-def _import_problem(message: dict | None, run: Run, extracted: Extracted, limits: Limits,
-                    quiet: bool = False) -> Problem:
-    if message is None:
-        if run.killed == "import_timeout":
-            return Problem(f"loading the submission took longer than {limits.import_seconds:g} s "
-                           "(an infinite loop at import?)", Trouble.TIMEOUT)
-        if run.killed == "submission_timeout":
-            return Problem(f"the submission used up its time budget ({limits.submission_seconds:g} s)",
-                           Trouble.TIMEOUT)
-        return Problem(f"the submission's process ended while loading ({_exit_text(run.returncode)})",
-                       Trouble.CRASHED)
-    if message.get("timeout"):
-        return Problem(f"loading the submission took longer than {limits.import_seconds:g} s "
-                       "(an infinite loop at import?)", Trouble.TIMEOUT)
-    return Problem(f"loading the submission failed: "
-                   f"{_error_text(message.get('error'), extracted, limits.memory_bytes, quiet)}", Trouble.CRASHED)
-
-
-def _exit_text(code) -> str:
-    if code is None:
-        return "no exit status"
-    if 128 < code < 128 + 65:           # the supervisor reports a signal's death as 128 + signal
-        code = 128 - code
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        extra = {"SIGKILL": "; killed: out of memory, or the submission killed itself",
-                 "SIGXCPU": "; the CPU time limit", "SIGSEGV": "; a crash in native code",
-                 "SIGXFSZ": "; the file size limit"}.get(name, "")
-        return f"killed by {name}{extra}"
-    return f"exit status {code}: it called os._exit() or exited before returning" if code == 0 \
-        else f"exit status {code}"
-
-
 # ----------------------------------------------------------------------------------- 6. judge
 
 
@@ -649,7 +555,7 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
             return Verdict(False, prefix(k) + "the result could not be read")
         fn = test.calls[k].fn
         if not entry.get("ok"):
-            return Verdict(False, prefix(k) + f"{fn} {_raised(entry.get('error'), extracted, memory_bytes, quiet)}",
+            return Verdict(False, prefix(k) + f"{fn} {feedback.raised(entry.get('error'), extracted, memory_bytes, quiet)}",
                            raised=True)
         try:
             value = decode(entry.get("value"))
@@ -664,7 +570,7 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
         return Verdict(False, prefix(len(results)) + f"took longer than {seconds:g} s (the time limit of this "
                                                      "test); is there an infinite loop?", Trouble.TIMEOUT)
     if message.get("error"):
-        return Verdict(False, prefix(len(results)) + _error_text(message.get("error"), extracted, memory_bytes,
+        return Verdict(False, prefix(len(results)) + feedback.error_text(message.get("error"), extracted, memory_bytes,
                                                                  quiet))
     if len(results) < n:
         return Verdict(False, prefix(len(results)) + "no result came back", Trouble.CRASHED)
@@ -682,62 +588,6 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
 
 def _seconds(value) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-_BUILTIN_ERRORS = frozenset(name for name, value in vars(__import__("builtins")).items()
-                            if isinstance(value, type) and issubclass(value, BaseException))
-
-
-def _error_kind(text) -> str:
-    """Only the exception's type of a "Type: message" text (for a ``quiet`` exercise), and only
-    when it is one of Python's own (a class of the submission's could be named anything)."""
-    kind = str(text).split(":", 1)[0].strip()
-    return kind if kind in _BUILTIN_ERRORS else "an exception of its own"
-
-
-def _error_text(error, extracted: Extracted, memory_bytes: int = 2 << 30, quiet: bool = False) -> str:
-    """What an exception in the submission (as the harness described it: untrusted) means.  With
-    ``quiet``, only its type and where it was raised: none of its text."""
-    if not isinstance(error, dict):
-        return "an error"
-    kind = str(error.get("type", "Exception"))[:80]
-    text = "" if quiet else str(error.get("message", ""))[:300]
-    if quiet and kind == "InputError":
-        return "the grader could not pass this test's input on"
-    if quiet:
-        kind = _error_kind(kind)
-    where = extracted.locate(error.get("line")) if isinstance(error.get("line"), int) else None
-    func = "" if quiet else str(error.get("function") or "")[:100]
-    loc = ""
-    if where:
-        loc = f" ({where}" + (f", in {func}" if func and func != "<module>" else "") + ")"
-    if kind == "SystemExit":
-        return (f"called sys.exit({text}){loc}: a graded function must return its answer, and "
-                "exiting does not count as passing")
-    if kind == "NotImplementedError":
-        return (f"is not implemented yet: it raises NotImplementedError{f' at {where}' if where else ''}; "
-                "write your answer in the starter cell")
-    if kind == "MemoryError":
-        return f"ran out of memory{loc} (the limit is {_size(memory_bytes)} per submission)"
-    if kind == "InputError":
-        return text
-    return f"{kind}: {text}{loc}" if text else f"{kind}{loc}"
-
-
-def _raised(error, extracted: Extracted, memory_bytes: int, quiet: bool = False) -> str:
-    text = _error_text(error, extracted, memory_bytes, quiet)
-    if text.startswith(("called sys.exit", "ran out of memory", "is not implemented yet")):
-        return text
-    if isinstance(error, dict) and error.get("type") == "NameError" and "is not a function" in str(error.get("message")):
-        return "is not a function in the submission"
-    return f"raised {text}"
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n} bytes"
 
 
 # ------------------------------------------------------------------------------------- check
@@ -787,13 +637,13 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
     transcript = run.transcript
     public = transcript.public()
     if not transcript.import_ok:
-        out["problem"] = _import_problem(transcript.imported, run, extracted, limits).text
+        out["problem"] = feedback.import_problem(transcript.imported, run, extracted, limits).text
     elif public is None or public.get("timeout"):
         out["problem"] = (f"the public checks did not finish within {limits.submission_seconds:g} s"
                           if (public or {}).get("timeout") or run.killed
-                          else f"the submission's process ended during the checks ({_exit_text(run.returncode)})")
+                          else f"the submission's process ended during the checks ({feedback.exit_text(run.returncode)})")
     elif public.get("error"):
-        out["problem"] = "the public checks could not run: " + _error_text(public["error"], extracted,
+        out["problem"] = "the public checks could not run: " + feedback.error_text(public["error"], extracted,
                                                                           limits.memory_bytes)
     else:
         for o in public.get("outcomes") or []:
