@@ -57,6 +57,11 @@ def parse_line(line: bytes, tokens: int = MESSAGE_TOKENS) -> dict | None:
     weighs more than ``tokens`` is not parsed."""
     if not line or len(line) > MAX_LINE or weigh(line) > tokens:
         return None
+    return _decode(line)
+
+
+def _decode(line: bytes) -> dict | None:
+    """A line already weighed, as a message, or None."""
     try:
         message = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -106,7 +111,7 @@ class Transcript:
             self.dropped += 1
             return
         self.parsed += 1
-        message = parse_line(line)
+        message = _decode(line)
         if message is None:
             self.junk += 1
             return
