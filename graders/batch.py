@@ -349,12 +349,22 @@ def _column(number: int, item) -> str:
     return f"t{number:02d} {item.name}"
 
 
+def _points(value) -> str:
+    """A score as the gradebook writes it ("14", "0.5"); what is not a number is written as it is
+    (a results file edited by hand cannot stop the gradebook)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:g}"
+    return str(value)
+
+
 def _main_reason(result: dict) -> str:
     """The gradebook's ``message`` of a result: for every result below full marks, whatever its
     status, its first note (an import that failed, a time limit), else its first failing test's
     feedback (every test ran out of memory, the starter is not implemented yet); empty at full
     marks."""
-    if result.get("status") == "ok" and result.get("score", 0) >= result.get("max_score", 0) > 0:
+    score, best = result.get("score"), result.get("max_score")
+    if (result.get("status") == "ok" and isinstance(score, (int, float)) and isinstance(best, (int, float))
+            and score >= best > 0):
         return ""
     lines = [l.removeprefix("Note: ") for l in str(result.get("output") or "").splitlines()
              if l.strip() and not l.startswith("Isolation:") and " hidden tests passed" not in l]
@@ -379,9 +389,9 @@ def write_gradebook(out_csv: Path, exercise: str, results: dict[str, dict]) -> N
         cells = []
         for t in tests:
             entry = by_name.get(t.name)
-            cells.append(f"{entry['score']:g}" if entry else "")
+            cells.append(_points(entry.get("score")) if entry else "")
         message = _main_reason(result)
-        writer.writerow([_cell(name), result.get("status", ""), f"{result.get('score', 0):g}",
-                         f"{result.get('max_score', 0):g}", *cells, result.get("isolation", ""),
+        writer.writerow([_cell(name), result.get("status", ""), _points(result.get("score", 0)),
+                         _points(result.get("max_score", 0)), *cells, result.get("isolation", ""),
                          result.get("execution_time", ""), result.get("sha256", ""), _cell(message)])
     write_text(out_csv, buf.getvalue())

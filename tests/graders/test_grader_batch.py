@@ -340,3 +340,17 @@ def test_with_no_worker_at_first_the_batch_waits_and_grades_when_one_connects(tm
     err = capsys.readouterr().err
     assert "no Dask worker is connected" in err and "waiting until one connects" in err
     assert summary["missing_results"] == 0 and summary["stopped"] is None
+
+
+def test_the_gradebook_is_written_whatever_a_result_holds(tmp_path):
+    """Surrogates in a name and a message, a score that is not a number (a results file edited by
+    hand): the gradebook is still written, in valid UTF-8, with a row for each."""
+    from graders.batch import write_gradebook
+    name = registry.items("kv_cache_bytes")[0].name
+    results = {"a\udc80.py": {"status": "ok", "score": 0.0, "max_score": 9.0, "output": "Note: bad \udcff import",
+                              "tests": [{"name": name, "score": 0.0, "status": "failed", "output": "x"}]},
+               "b.py": {"status": "ok", "score": None, "max_score": "9", "tests": [{"name": name, "score": "?"}]}}
+    write_gradebook(tmp_path / "gb.csv", "kv_cache_bytes", results)
+    rows = read_csv(tmp_path / "gb.csv")
+    assert set(rows) == {"a\\udc80.py", "b.py"}
+    assert rows["a\\udc80.py"]["message"] == "bad \\udcff import" and rows["b.py"]["score"] == "None"
