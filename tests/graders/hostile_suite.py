@@ -92,6 +92,15 @@ def test_surrogates_in_exceptions_and_function_names_are_escaped(isolation):
     assert_valid_result(result)
 
 
+def test_heavy_lines_on_the_channel_are_dropped_unparsed_and_the_result_says_so(isolation):
+    """Two lines of 400,000 ``{}`` each: over the budget of one message, never parsed; the answer
+    is otherwise correct, so the harness's own results still count."""
+    result = grade_hostile("channel_heavy_lines.py", "softmax", isolation)
+    assert sum(r["dropped_messages"] for r in result["runs"]) == 2, result["runs"]
+    assert "2 messages on the grader's results channel went over its budget" in result["output"]
+    assert result["status"] == "ok" and result["score"] == result["max_score"]
+
+
 def test_a_link_is_refused_and_nothing_of_its_target_is_read(isolation, tmp_path):
     from graders import grade_file
     from graders.grading import UsageError
