@@ -60,7 +60,7 @@ from .harness import decode, encode
 from .notebook import MAX_FILE_BYTES, Extracted, Source, Unreadable, infer_exercise, read
 from .registry import Exercise, Lib, Module, Ref, Step, Test
 from .results import make_result, test_entry
-from .sandbox import Limits, Run, Sandbox, describe as describe_isolation, work_folder
+from .sandbox import Limits, Run, Sandbox, SandboxUnavailable, describe as describe_isolation, work_folder
 
 __all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files", "Job", "Trouble",
            "Returned", "Problem", "Verdict", "judge"]
@@ -294,6 +294,8 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
         ex = registry.get(name)
         limits = limits.resolved(ex.test_seconds, ex.submission_seconds)   # the exercise's defaults
         return _grade(source, name, note, limits, isolation, clock, common)
+    except SandboxUnavailable:          # no sandbox fit to grade in: the caller says so, exit non-zero
+        raise
     except Exception as err:  # noqa: BLE001 - a result is always produced
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()
         tests = []
