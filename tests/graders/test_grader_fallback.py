@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from graders import Limits, grading
-from graders.sandbox import Sandbox, SandboxUnavailable, describe
+from graders.sandbox import PROTECTIONS, Sandbox, SandboxUnavailable, describe
 from graders.supervisor import ETC, plan_view
 
 from grader_helpers import FAST, GOOD, HOSTILE, PYTHON, ROOT, grade_text, processes_matching
@@ -193,17 +193,26 @@ def test_the_cgroup_counts_every_process_of_a_run(monkeypatch):
 
 
 def test_isolation_detail_names_exactly_what_held():
-    none = dict.fromkeys(("supervisor", "pid_namespace", "subreaper", "own_user", "cgroup", "no_network",
-                          "file_view"), False)
+    none = dict.fromkeys(PROTECTIONS, False)
+    assert set(PROTECTIONS) >= {"supervisor", "pid_namespace", "subreaper", "own_user", "seccomp", "cgroup",
+                                "no_network", "file_view", "private_tmp"}
     weakest = describe("subprocess", "bubblewrap (bwrap) is not installed", none | {"supervisor": True})
     assert weakest.startswith("subprocess fallback (bubblewrap (bwrap) is not installed)")
     for words in ("process-group kill", "could signal the grader", "per process", "the machine's network",
                   "it can read what its user can read"):
         assert words in weakest
+    assert "no seccomp filter" in weakest and "removed after each run" not in weakest
     full = describe("bwrap", "", {k: True for k in none} | {"subreaper": False})
-    for words in ("PID 1", "cannot signal the grader", "a cgroup", "no network", "invisible"):
+    for words in ("PID 1", "cannot signal the grader", "a seccomp filter (no keyrings", "a cgroup", "no network",
+                  "private /tmp and /dev/shm", "invisible"):
         assert words in full
-    assert "could signal" not in full and "subreaper" not in full
+    assert "could signal" not in full and "subreaper" not in full and "sockets" not in full
+    swept = describe("subprocess", "unshare and setpriv (util-linux) not installed",
+                     none | {"supervisor": True, "subreaper": True, "own_user": True, "seccomp": True,
+                             "no_network": True})
+    for words in ("subreaper", "its own user id", "System V IPC, sockets)", "no network (sockets denied)",
+                  "as any user sees them", "removed after each run"):
+        assert words in swept
 
 
 # ---------------------------------------------------------------------- a real other user

@@ -368,3 +368,26 @@ def test_the_filters_numbers_are_the_kernels(arch):
     defined = {m[0]: int(m[1]) for m in re.findall(r"#define __NR3?2?_(\w+)\s+(\d+)\b", text)}
     for name, number in seccomp.SYSCALLS[arch].items():
         assert defined.get(name) == number, (arch, name, defined.get(name), number)
+
+
+# ------------------------------------------------------------- what held, from the reports
+
+@pytest.mark.parametrize("mode_class", ["Bubblewrap", "Namespaces", "Subreaper"])
+def test_held_comes_from_what_the_harness_process_reported(mode_class):
+    """``Run.held`` believes the kernel's answers as the harness's process read them back, not
+    the plan: a uid other than the one given, capabilities left, or no seccomp mode 2 each turn
+    their claim off."""
+    from graders.sandbox import Run, modes
+    mode = getattr(modes, mode_class)("test")
+    start = {"t": "supervisor", "pid1": mode.contained, "subreaper": not mode.contained, "uid": 123_456,
+             "view": {"hidden": ["/work"]} if mode_class == "Namespaces" else None}
+    good = {"t": "confined", "uid": 123_456, "euid": 123_456, "caps": 0, "seccomp": 2}
+    held = mode.held(Run(supervisor=start, confined=good), 123_456, False)
+    assert held["own_user"] and held["seccomp"] and held["supervisor"]
+    assert held["no_network"] and held["file_view"] == held["private_tmp"] == mode.contained
+    for changed, claim in (({"uid": 0}, "own_user"), ({"caps": 1 << 21}, "own_user"), ({"seccomp": 0}, "seccomp")):
+        assert mode.held(Run(supervisor=start, confined={**good, **changed}), 123_456, False)[claim] is False
+    nothing = mode.held(Run(supervisor=start), 123_456, False)       # no report: nothing is claimed
+    assert not nothing["own_user"] and not nothing["seccomp"]
+    if mode_class == "Subreaper":          # its "no network" is the filter's: without it, none
+        assert nothing["no_network"] is False
