@@ -324,6 +324,32 @@ def test_another_user_without_util_linux_is_refused():
     assert "util-linux" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def _closed_interpreter() -> str | None:
+    from graders.sandbox import probes
+    return probes.world_usable()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or _closed_interpreter() is None,
+                    reason="needs a root grader whose Python other users cannot reach (as this machine's "
+                           "under /root); the simulated machine above covers the rest")
+def test_root_without_bwrap_or_util_linux_and_a_closed_interpreter_refuses_for_real(tmp_path):
+    """This machine as finding 4 had it: bubblewrap and util-linux off the PATH, the grader root,
+    its Python under a folder of mode 0700.  ``grade`` exits 2 naming that folder; nothing runs."""
+    sub = tmp_path / "s.py"
+    sub.write_text("import os\nopen('/tmp/ran-as-root-' + str(os.getuid()), 'w').close()\n"
+                   "def time_per_token(a, b, c):\n    return a * b / c\n")
+    proc = subprocess.run([PYTHON, "-m", "graders", "grade", str(sub), "--exercise", "time_per_token",
+                           "--isolation", "subprocess", "--json", str(tmp_path / "r.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": "/nonexistent-bin", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    closed = _closed_interpreter().split(" (")[0]
+    assert closed in proc.stderr and "would run as root" in proc.stderr and "Traceback" not in proc.stderr
+    assert not os.path.exists("/tmp/ran-as-root-0")
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["status"] == "usage_error" and result["score"] == 0
+
+
 OPEN_PYTHON_ROOT = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                                       reason="needs root and unshare to open the interpreter to other users")
 
