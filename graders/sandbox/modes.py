@@ -72,9 +72,13 @@ class Isolation(ABC):
 
     def stop(self, proc: subprocess.Popen, launch: Launch, uid: int | None) -> int:
         """End the run: everything it started is gone afterwards.  Returns the top process's
-        exit status.  PID 1 of a namespace takes the namespace with it."""
+        exit status.  PID 1 of a namespace takes the namespace with it; a run killed mid-way
+        is also swept for its user's processes."""
         _killpg(proc)
-        return _reap(proc, uid)
+        code = _reap(proc)
+        if uid is not None and code < 0:
+            sweep_processes(uid=uid)
+        return code
 
     def clean(self, launch: Launch, uid: int | None, run: Run) -> None:
         """After the run: what it may have left on the machine."""
@@ -110,12 +114,6 @@ class Bubblewrap(Isolation):
     def _file_view(self, start: dict) -> bool:
         return start.get("pid1") is True        # bwrap made the view before the supervisor ran
 
-    def stop(self, proc, launch, uid) -> int:
-        _killpg(proc)
-        code = _reap(proc, uid)
-        if uid is not None and code < 0:
-            sweep_processes(uid=uid)   # killed mid-run: make sure nothing of that user is left
-        return code
 
 
 class Namespaces(Isolation):
@@ -126,13 +124,6 @@ class Namespaces(Isolation):
                                 report_fd=report_fd, close=[channel_fd], seccomp_fd=seccomp_fd)
                + ["--", str(HARNESS), str(job_dir)])
         return Launch(cmd, env=environment(WORKDIR), cwd="/", lib_dirs=sorted({str(lib.parent) for lib in libs}))
-
-    def stop(self, proc, launch, uid) -> int:
-        _killpg(proc)
-        code = _reap(proc, uid)
-        if uid is not None and code < 0:
-            sweep_processes(uid=uid)
-        return code
 
 
 class Subreaper(Isolation):
@@ -167,7 +158,7 @@ class Subreaper(Isolation):
                 pass
         _killpg(proc)
         sweep_processes(uid=uid, token=launch.token, session=proc.pid)
-        return _reap(proc, uid)
+        return _reap(proc)
 
     def clean(self, launch, uid, run) -> None:
         if launch.scratch:
@@ -183,7 +174,8 @@ def _killpg(proc) -> None:
         pass
 
 
-def _reap(proc, uid) -> int:
+def _reap(proc) -> int:
+    """Wait for the top process (it was killed), close its output; its exit status."""
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

@@ -28,6 +28,7 @@ without namespace flags), fork, and everything numpy and the harness use stay al
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import struct
 
@@ -126,6 +127,7 @@ def instructions(no_sockets: bool = False) -> list[tuple[int, int, int, int]]:
     return program
 
 
+@functools.lru_cache(maxsize=2)
 def program(no_sockets: bool = False) -> bytes:
     """The filter as the kernel reads it: an array of ``struct sock_filter {u16 code; u8 jt;
     u8 jf; u32 k}``, in this machine's byte order."""
