@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -30,7 +29,7 @@ from graders import Limits, grading
 from graders.sandbox import PROTECTIONS, Sandbox, SandboxUnavailable, describe
 from graders.supervisor import ETC, plan_view
 
-from grader_helpers import FAST, GOOD, HOSTILE, PYTHON, ROOT, grade_text, processes_matching
+from grader_helpers import FAST, GOOD, HOSTILE, PYTHON, ROOT, processes_matching
 
 # ------------------------------------------------------------------------------ plan_view
 
