@@ -7,7 +7,8 @@ Read top to bottom, one module per concept:
 - ``harness``: the small program that runs inside the sandbox, and the data codec;
 - ``supervisor``: the process between the grader and the harness, which holds and ends every
   process the submission starts;
-- ``sandbox``: bubblewrap (or the subprocess fallback), limits, and watching from outside;
+- ``sandbox``: a package: the isolation modes (bubblewrap, the fallback), the seccomp filter,
+  cgroups, limits, and watching from outside;
 - ``transcript``: the untrusted results channel, read once;
 - ``checks``: comparisons with messages that never reveal hidden inputs or expected values;
 - ``grading``: one submission, start to end;

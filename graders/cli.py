@@ -142,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
         usable, why = bwrap_status()
         if not usable:
             return _usage(f"--isolation bwrap: bubblewrap cannot be used here ({why})")
+    if args.command == "batch" and not args.scheduler:   # no sandbox fit to grade in: refuse the class
+        from .sandbox import Sandbox, SandboxUnavailable
+        try:
+            Sandbox(args.isolation)
+        except SandboxUnavailable as err:
+            return _usage(str(err))
     handler = {"grade": _grade, "batch": _batch, "check": _check, "release": _release, "list": _list}
     return handler[args.command](args)
 

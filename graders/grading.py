@@ -65,7 +65,7 @@ from .notebook import Extracted, Refused, Source, Unreadable, infer_exercise, re
 from .outcomes import Outcome, Problem, Returned, Trouble, Verdict
 from .registry import Exercise, Lib, Module, Ref, Step, Test
 from .results import grader_failed, make_result, test_entry
-from .sandbox import Limits, Run, Sandbox, describe as describe_isolation, work_folder
+from .sandbox import Limits, Run, Sandbox, SandboxUnavailable, describe as describe_isolation, work_folder
 
 __all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files", "Job", "Trouble",
            "Returned", "Problem", "Verdict", "judge"]
@@ -255,6 +255,8 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
         if note:
             result["exercise_inferred"] = note
         return result
+    except SandboxUnavailable:          # no sandbox fit to grade in: the caller says so, exit non-zero
+        raise
     except Exception as err:  # noqa: BLE001 - a result is always produced
         detail = "".join(traceback.format_exception_only(type(err), err)).strip()
         return grader_failed(name, detail, execution_time=time.perf_counter() - clock,

@@ -16,12 +16,17 @@ submission.  It knows nothing worth stealing and touches nothing of the submissi
 - drops the harness's privileges before anything of the submission runs: as root, a user id of
   the sandbox's own (``--uid``) with no capabilities, no supplementary groups and
   ``no_new_privs``; root of a user namespace, every capability dropped;
+- in the fallback, installs the grader's seccomp filter (``--seccomp-fd``: the BPF program
+  ``graders.sandbox.seccomp`` built) in the harness's process right after that (bubblewrap
+  installs the same filter itself, before this program starts), and reports what then holds for
+  that process (its user id, capabilities, seccomp mode) before the submission is loaded;
 - reaps every process that ends below it, and when the harness has ended (or the grader asks,
   with SIGTERM), kills everything left below it, reaps it, and exits with the harness's status
   (its exit code, or 128 + the signal that killed it).
 
-What it did goes back to the grader on ``--report-fd``, a descriptor the harness never holds:
-one JSON line when the harness starts (what held), one when everything below it is gone.
+What it did goes back to the grader on ``--report-fd``, a descriptor the submission never holds:
+one JSON line when the harness starts (what held), one from the harness's process once it is
+confined (it closes the descriptor right after), one when everything below it is gone.
 
 Run as ``python -I -S -B supervisor.py [OPTIONS] -- HARNESS.py ARGS...``.  Standard library
 only: the ``graders`` package is not visible in the sandbox.
@@ -40,6 +45,7 @@ PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SECURE_NOROOT_ALL = 0x3f            # noroot, no setuid fixup, keep caps: each set and locked
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -218,6 +224,51 @@ def _refuse(why: str) -> None:
         os._exit(NOT_STARTED)
 
 
+def install_seccomp(program: bytes) -> None:
+    """Install the BPF ``program`` (an array of 8-byte ``struct sock_filter``) as this
+    process's seccomp filter, inherited by every child and never removable.  Needs
+    ``no_new_privs`` (``drop_privileges`` set it).  Exits (``NOT_STARTED``) when the kernel
+    refuses it: the submission never runs without the filter it was meant to have."""
+    try:
+        ctypes, libc = _libc()
+    except OSError:
+        _refuse("no C library: cannot install the seccomp filter")
+
+    class Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    if not program or len(program) % 8:
+        _refuse("the seccomp program is not a whole number of instructions")
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = Fprog(len(program) // 8, ctypes.addressof(buffer))
+    if libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER),
+                  ctypes.c_void_p(ctypes.addressof(fprog)), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        _refuse(f"the seccomp filter could not be installed ({os.strerror(ctypes.get_errno())})")
+
+
+def confinement() -> dict:
+    """What holds for this process: its user ids, effective capabilities and seccomp mode
+    (0 none, 2 a filter), read back from the kernel rather than assumed."""
+    found = {"uid": os.getuid(), "euid": os.geteuid(), "caps": _effective_caps(), "seccomp": None}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Seccomp:"):
+                    found["seccomp"] = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return found
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
 # ------------------------------------------------------------------------------ killing
 
 
@@ -318,6 +369,15 @@ def main(argv: list[str]) -> None:
             except OSError:
                 pass
 
+    seccomp = None
+    if "seccomp_fd" in opts:                        # read now: the harness never holds it
+        try:
+            seccomp = _read_all(int(opts["seccomp_fd"]))
+            os.close(int(opts["seccomp_fd"]))
+        except (OSError, ValueError) as err:
+            report({"t": "supervisor", "error": f"the seccomp program: {err}"})
+            os._exit(71)
+
     pid1 = os.getpid() == 1
     try:
         ctypes, libc = _libc()
@@ -362,9 +422,12 @@ def main(argv: list[str]) -> None:
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            if report_fd is not None:
-                os.close(report_fd)
             drop_privileges(uid)
+            if seccomp is not None:
+                install_seccomp(seccomp)
+            if report_fd is not None:       # what holds now, said before anything else runs here
+                report({"t": "confined", **confinement()})
+                os.close(report_fd)
             if "probe" in opts:         # can a fresh interpreter start, as the submission's user?
                 os.execv(sys.executable, [sys.executable, "-I", "-S", "-B", "-c", "import json, decimal"])
             harness.main(harness_argv)

@@ -23,6 +23,7 @@ from grader_helpers import BWRAP, BWRAP_WHY, FAST, GOOD, HOSTILE, ROOT, grade_te
 
 VALUE_TESTS = lambda name: not any(w in name for w in ("not modified", "shape and dtype"))  # noqa: E731
 ALL_TESTS = lambda name: True  # noqa: E731
+TIME_VALUES = lambda name: "is a float" not in name  # noqa: E731 - time_per_token's values (-1.0 is a float)
 
 
 def sandbox_for(isolation: str) -> Sandbox:
@@ -175,6 +176,7 @@ CASES = [
     ("liar_objects.py", "kv_cache_bytes", {"ok"}, "not plain data", ALL_TESTS, FAST),
     ("huge_array.py", "softmax", {"ok"}, "too large", VALUE_TESTS, FAST),
     ("liar_programs.py", "attention_tail", {"ok"}, "attention_tail(", lambda name: "as it was" not in name, FAST),
+    ("denied_syscalls.py", "time_per_token", {"ok"}, "off by a relative", TIME_VALUES, FAST),
 ]
 
 
@@ -187,6 +189,25 @@ def test_hostile_submission_scores_zero_with_a_clear_message(isolation, filename
     assert_zero(result, zero_on)
     feedback = "\n".join(t["output"] for t in result["tests"]) + result["output"]
     assert words in feedback
+
+
+SHARED_FOLDERS = ("/tmp", "/dev/shm", "/var/tmp")
+
+
+def test_no_state_carries_from_one_sandbox_to_the_next(isolation):
+    """A file in /tmp, /dev/shm or /var/tmp, a key in the user's kernel keyring, an abstract unix
+    socket held by a child that left its session: whatever the first grading leaves, the second
+    (the same attack, the same mark) finds nothing, and nothing of it is on the machine after."""
+    mark = 860_000 + os.getpid() % 100_000
+    for _ in range(2):
+        result = grade_hostile("shared_state.py", "time_per_token", isolation, fill={"__MARK__": mark})
+        assert_zero(result, TIME_VALUES)
+        assert not [p for p in SHARED_FOLDERS if os.path.exists(f"{p}/hostile-state-{mark}")]
+        assert processes_matching(f"hs-{mark}") == []
+    with socket.socket(socket.AF_UNIX) as probe:         # nor is the socket's name held here
+        with pytest.raises(OSError):
+            probe.connect(f"\0hostile-state-{mark}")
+    assert_grading_goes_on(isolation)
 
 
 def test_a_fake_printed_result_is_never_read(isolation):

@@ -265,8 +265,8 @@ def test_output_is_capped_and_the_run_ends():
 
 
 def test_explicit_bwrap_request_fails_clearly_when_impossible(monkeypatch):
-    import graders.sandbox as sb
-    monkeypatch.setattr(sb, "bwrap_status", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    from graders.sandbox import probes
+    monkeypatch.setattr(probes, "bwrap_status", lambda: (False, "bubblewrap (bwrap) is not installed"))
     with pytest.raises(RuntimeError, match="not installed"):
         Sandbox("bwrap")
     assert Sandbox("auto").mode == "subprocess"
@@ -276,22 +276,22 @@ def test_cgroups_left_by_a_killed_grader_are_removed():
     """A grader killed mid-run (SIGKILL) leaves its sandboxes' cgroups behind; the next grader
     removes those whose grader is gone, and only those."""
     import subprocess
-    from graders import sandbox
-    base = sandbox._cgroup_base()
+    from graders.sandbox import cgroups
+    base = cgroups.cgroup_base()
     if base is None:
         pytest.skip("the grader cannot make cgroups here")
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = base["memory"] / f"{sandbox._CGROUP_PREFIX}{dead.pid}-test"
-    live = base["memory"] / f"{sandbox._CGROUP_PREFIX}{os.getpid()}-test"
+    stale = base["memory"] / f"{cgroups._CGROUP_PREFIX}{dead.pid}-test"
+    live = base["memory"] / f"{cgroups._CGROUP_PREFIX}{os.getpid()}-test"
     stale.mkdir()
     live.mkdir()
     old = time.time() - 3600
     for folder in (stale, live):
         os.utime(folder, (old, old))
     try:
-        sandbox._cgroup_probe.clear()
-        assert sandbox._cgroup_base() == base
+        cgroups._cgroup_probe.clear()
+        assert cgroups.cgroup_base() == base
         assert not stale.exists() and live.exists()
     finally:
         for folder in (stale, live):
@@ -303,7 +303,7 @@ def test_work_folders_left_by_a_killed_grader_are_removed(tmp_path):
     """A grader killed mid-run (SIGKILL) left its job folder, hidden inputs and all, in /tmp for
     good; the next grader removes those of graders that are gone (and old), and only those."""
     import subprocess
-    from graders import sandbox
+    from graders.sandbox import folders
     dead = subprocess.Popen(["true"])
     dead.wait()
     stale = tmp_path / f"grader-job-{dead.pid}-abc"
@@ -316,6 +316,6 @@ def test_work_folders_left_by_a_killed_grader_are_removed(tmp_path):
     old = time.time() - 3600
     for folder in (stale, mine, other):
         os.utime(folder, (old, old))
-    sandbox._remove_stale_folders(tmp_path)
+    folders.remove_stale_folders(tmp_path)
     assert not stale.exists()
     assert fresh.exists() and mine.exists() and other.exists()

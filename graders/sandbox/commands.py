@@ -1,0 +1,173 @@
+"""The command lines that start a sandbox: bubblewrap's, ``unshare``'s, the supervisor's, and
+the clean environment they run with.
+
+``python -I -S -B -c BOOT supervisor.py OPTIONS -- harness.py JOB`` is the core of each: the
+supervisor is loaded by the import machinery (a script is compiled every time; an imported
+module's compiled form is reused, ``bytecode``), and ``-S`` keeps every ``.pth`` file (an
+editable install's path to the course checkout) out of ``sys.path``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+GRADERS = Path(__file__).resolve().parent.parent
+HARNESS = GRADERS / "harness.py"
+SUPERVISOR = GRADERS / "supervisor.py"
+WORKDIR = "/tmp/scratch"       # the fallback's working folder, in its private /tmp
+BOOT = ("import importlib.util as u, sys; s = u.spec_from_file_location('supervisor', sys.argv[1]); "
+        "m = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")
+
+_tools: dict[str, str | None] = {}
+
+
+def which(tool: str) -> str | None:
+    """Where ``tool`` is on this process's PATH, looked up once (the sandbox's commands name it
+    by that path: their own environment has a PATH of its own)."""
+    if tool not in _tools:
+        _tools[tool] = shutil.which(tool)
+    return _tools[tool]
+
+
+def python_roots() -> list[str]:
+    """Folders the sandboxed interpreter needs: the installation and the packages' folders
+    (outermost only: a folder inside another is not listed)."""
+    roots = [sys.base_prefix, sys.prefix] + site_dirs()
+    out: list[str] = []
+    for root in roots:
+        for path in {os.path.abspath(root), os.path.realpath(root)}:
+            if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in out):
+                out = [r for r in out if not r.startswith(path.rstrip("/") + "/")] + [path]
+    return out
+
+
+def site_dirs() -> list[str]:
+    """The package folders put on the sandboxed ``sys.path`` (``-S``: no ``.pth`` files are run,
+    so an editable install's path to the course checkout never gets there)."""
+    import numpy
+    return [str(Path(numpy.__file__).resolve().parent.parent)]
+
+
+_compiled: dict[Path, Path | None] = {}
+_compile_lock = threading.Lock()
+
+
+def bytecode(source: Path) -> Path | None:
+    """``source`` compiled into its ``__pycache__`` (once per process, whatever
+    PYTHONDONTWRITEBYTECODE says), or None where that cannot be written: the sandbox's interpreter
+    then loads the supervisor and the harness without compiling them for every run (it checks
+    that the compiled file matches the source, and compiles the source when it does not)."""
+    with _compile_lock:
+        if source not in _compiled:
+            import importlib.util
+            import py_compile
+            cached = Path(importlib.util.cache_from_source(str(source)))
+            try:
+                py_compile.compile(str(source), cfile=str(cached), doraise=True)
+                _compiled[source] = cached
+            except (OSError, py_compile.PyCompileError):
+                _compiled[source] = None
+        return _compiled[source]
+
+
+def environment(home: str) -> dict[str, str]:
+    """The whole environment of a sandbox: nothing of the grader's."""
+    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8",
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "NUMEXPR_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+
+
+def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, seccomp_fd: int | None) -> list[str]:
+    """bubblewrap's options, up to and including ``--``: the namespaces, the read-only system
+    and Python, the private size-capped ``/tmp``, ``/dev/shm`` and ``/scratch``, the job folder
+    at ``/sandbox/in`` (with the harness and the supervisor beside it), the clean environment,
+    the user (``uid`` when the grader is root), the seccomp filter read from ``seccomp_fd``."""
+    args = [which("bwrap") or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
+            "--as-pid-1", "--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / name
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+                "/etc/localtime"):
+        args += ["--ro-bind-try", etc, etc]
+    # The private /tmp comes before the Python binds: a checkout (and so its .venv) may itself
+    # live under /tmp, and a tmpfs mounted afterwards would hide the interpreter.
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
+             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
+    roots = python_roots()
+    compiled = {} if job_dir is None else {f"/sandbox/__pycache__/{code.name}": code
+                                           for code in map(bytecode, (HARNESS, SUPERVISOR)) if code is not None}
+    # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
+    parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) not in ("/", "/tmp")}
+                     | {"/sandbox"} | ({"/sandbox/lib"} if libs else set())
+                     | ({"/sandbox/__pycache__"} if compiled else set()),
+                     key=lambda q: q.count("/"))
+    for folder in parents:
+        args += ["--perms", "0755", "--dir", folder]
+    for root in roots:
+        args += ["--ro-bind", root, root]
+    if job_dir is not None:
+        args += ["--ro-bind", str(job_dir), "/sandbox/in", "--ro-bind", str(HARNESS), "/sandbox/harness.py",
+                 "--ro-bind", str(SUPERVISOR), "/sandbox/supervisor.py"]
+        for inside, code in compiled.items():
+            args += ["--ro-bind", str(code), inside]
+    for lib in libs:                    # course packages the job needs (the public checks)
+        args += ["--ro-bind", str(lib), f"/sandbox/lib/{Path(lib).name}"]
+    args += ["--chdir", "/scratch", "--clearenv"]
+    for key, value in environment("/scratch").items():
+        args += ["--setenv", key, value]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    if uid is not None:
+        # Root: the supervisor keeps what it needs to switch the harness to the sandbox's own
+        # user and to kill what is left at the end; the harness drops all of it.
+        args += ["--cap-drop", "ALL"]
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"):
+            args += ["--cap-add", cap]
+        args += ["--"]
+    else:
+        args += ["--unshare-user", "--disable-userns", "--"]
+    return args
+
+
+def unshare_prefix() -> list[str]:
+    """The fallback's namespaces: the supervisor is PID 1 of its own PID namespace (``--fork``),
+    in its own mount, network, IPC and UTS namespaces; a user other than root gets a user
+    namespace where it is root, to build the file system (the harness drops that again).
+    ``setpriv --pdeathsig`` kills ``unshare`` when the grader dies, and ``--kill-child`` the rest."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return [which("setpriv") or "setpriv", "--pdeathsig", "KILL", "--", which("unshare") or "unshare",
+            *user, "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts", "--"]
+
+
+def supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, tmp_bytes=0, subreaper=False,
+                   probe=False, seccomp_fd=None) -> list[str]:
+    """The supervisor's command line (its options: ``supervisor.main``)."""
+    # normalized: a grader started as ../.venv/bin/python must name its interpreter by a path that
+    # exists in the sandbox, where only the installation's folders are
+    cmd = [os.path.normpath(os.path.abspath(sys.executable)), "-I", "-S", "-B", "-c", BOOT, path] + (["--probe"] if probe else [])
+    if report_fd is not None:
+        cmd += ["--report-fd", str(report_fd)]
+    if close:
+        cmd += ["--close", ",".join(map(str, close))]
+    if uid is not None:
+        cmd += ["--uid", str(uid)]
+    if subreaper:
+        cmd += ["--subreaper"]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp-fd", str(seccomp_fd)]
+    if keep is not None:
+        cmd += ["--workdir", WORKDIR, "--tmp-bytes", str(tmp_bytes)]
+        for path in keep:
+            cmd += ["--keep", str(path)]
+    return cmd

@@ -1,0 +1,173 @@
+"""``Sandbox``: one graded run, from the command to the record, whatever the isolation.
+
+``Sandbox(isolation)`` picks the mode (``modes``) once: bubblewrap where it runs ("auto"), else
+the fallback, with namespaces where ``unshare`` gives them.  It also decides the submission's
+user: when the grader is root, an unused user id of the run's own (``probes.unused_uid``), in
+every mode; where none can be had (the fallback without namespaces, and an interpreter that no
+other user can reach), or where the submission would run as the grading user with the machine's
+files in view (a user other than root without namespaces), it refuses (``SandboxUnavailable``)
+rather than run the submission as someone who owns something of the machine's.
+
+``Sandbox.run`` then: a seccomp program in an anonymous file, the mode's command, the harness's
+options, a cgroup around it all where the machine allows; the watch loop (``watch``); the mode's
+stop and clean; the supervisor's reports turned into ``Run.held``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from . import probes, seccomp
+from .cgroups import Cgroup, cgroup_base
+from .commands import HARNESS, SUPERVISOR, bytecode, site_dirs
+from .describe import describe
+from .limits import Limits, Run, SandboxUnavailable
+from .modes import Bubblewrap, Isolation, Namespaces, Subreaper
+from .sweep import track, untrack
+from .watch import drain, read_report, watch
+from .. import supervisor as _supervisor
+from ..transcript import Transcript
+
+
+class Sandbox:
+    """Runs the supervisor and the harness on a job folder, in bubblewrap when it can ("auto"),
+    or as asked ("bwrap" fails when bubblewrap cannot run; "subprocess" is the fallback on
+    purpose).  ``namespaces``, ``own_user`` and ``cgroup`` set to False turn the fallback's
+    protections off, to take the paths of machines the tests do not run on; a user of the
+    submission's own cannot be turned off for a root grader (it would run as root)."""
+
+    def __init__(self, isolation: str = "auto", *, namespaces: bool | None = None,
+                 own_user: bool | None = None, cgroup: bool | None = None):
+        if isolation not in ("auto", "bwrap", "subprocess"):
+            raise ValueError("isolation must be auto, bwrap or subprocess")
+        ok, why = probes.bwrap_status() if isolation != "subprocess" else (False, "the fallback was asked for")
+        if isolation == "bwrap" and not ok:
+            raise SandboxUnavailable(f"bubblewrap cannot be used: {why}")
+        self.mode = "bwrap" if ok else "subprocess"
+        self.why = why
+        self.root = os.geteuid() == 0
+        self.namespaces = False
+        if self.mode == "subprocess" and namespaces is not False:
+            self.namespaces, ns_why = probes.namespaces_status()
+            if not self.namespaces:
+                self.why = f"{why}; {ns_why}"
+        self.isolation: Isolation = (Bubblewrap(self.why) if ok else Namespaces(self.why) if self.namespaces
+                                     else Subreaper(self.why))
+        self.own_user = self._own_user(own_user)
+        self.use_cgroup = cgroup is not False
+        for program in (SUPERVISOR, HARNESS):   # compiled once, not by every sandbox
+            bytecode(program)
+
+    def _own_user(self, asked: bool | None) -> bool:
+        """Whether runs get a user id of their own; refuses where the submission would run as
+        root, or as the grading user with the machine's files in view."""
+        contained = self.isolation.contained
+        if self.root:
+            if asked is False:
+                raise SandboxUnavailable("the sandbox refuses to run a submission as root: a root grader "
+                                         "always gives it a user id of its own")
+            blocked = None if contained else probes.world_usable()
+            if blocked is not None:
+                raise SandboxUnavailable(
+                    f"the subprocess fallback cannot grade here: {self.why}, and no user other than root "
+                    f"can run this Python ({blocked} is closed to other users), so the submission would "
+                    "run as root. Install bubblewrap (make system-deps) or util-linux, or put the "
+                    "interpreter and its packages where every user can read them")
+            return True
+        if not contained:
+            raise SandboxUnavailable(
+                f"the subprocess fallback cannot grade here: {self.why}, and a grader that is not root "
+                f"cannot give the submission a user id of its own: it would run as this user "
+                f"(uid {os.geteuid()}), who owns files of this machine, with the machine's files in view. "
+                "Install bubblewrap (make system-deps), or util-linux where user namespaces are allowed")
+        return False
+
+    def planned(self) -> dict:
+        """What would hold in a run here (``Run.held`` says what did)."""
+        return self.isolation.planned(self.own_user, self.use_cgroup and cgroup_base() is not None)
+
+    @property
+    def description(self) -> str:
+        return describe(self.mode, self.why, self.planned())
+
+    def run(self, job_dir: Path, limits: Limits, test_seconds: dict[str, float], *,
+            only: list[str] | None = None, public: str | None = None, functions=(), libs=()) -> Run:
+        """Run the harness on ``job_dir`` (the tests ``only``, or all of ``test_seconds``; or the
+        public checks of ``public`` on the submission's ``functions``), with the course packages
+        ``libs`` importable."""
+        limits = limits.resolved()
+        uid = probes.unused_uid() if self.own_user else None
+        run = Run(transcript=Transcript(tests=frozenset(only if only is not None else test_seconds)),
+                  isolation=self.mode)
+        channel_r, channel_w = os.pipe()
+        report_r, report_w = os.pipe()
+        filter_fd = seccomp.program_fd(self.isolation.no_sockets)
+        group = launch = None
+        try:
+            launch = self.isolation.launch(job_dir, limits, uid, [Path(lib) for lib in libs], report_w,
+                                           channel_w, filter_fd)
+            cmd = launch.cmd + self._harness_options(limits, uid, channel_w, launch.lib_dirs, only, public,
+                                                     functions)
+            # All its processes share one memory limit, where the machine lets the grader make a
+            # cgroup; the pages of its three tmpfs folders are charged to it too, hence their room.
+            if self.use_cgroup:
+                group = Cgroup.create(limits.memory_bytes + 3 * limits.tmpfs_bytes, limits.processes + 8)
+            if group is not None:
+                cmd = group.wrap(cmd)
+                run.cgroup = True
+            start = time.monotonic()
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, pass_fds=(channel_w, report_w, filter_fd),
+                                    start_new_session=True, env=launch.env, cwd=launch.cwd)
+            for fd in (channel_w, report_w, filter_fd):
+                os.close(fd)
+            channel_w = report_w = filter_fd = -1
+            track(proc)
+            report = bytearray()
+            try:
+                watch(proc, channel_r, report_r, report, run, limits, test_seconds, start)
+            finally:
+                top = self.isolation.stop(proc, launch, uid)
+                untrack(proc)
+            drain(report_r, report)
+            read_report(bytes(report), run, top)
+            run.held = self.isolation.held(run, uid, run.cgroup)
+            run.elapsed = time.monotonic() - start
+            self._check_started(run)
+            return run
+        finally:
+            if group is not None:            # whatever is left in it dies, then it goes
+                group.kill()
+                run.oom_killed = group.oom_kills()
+                group.remove()
+            for fd in (channel_w, report_w, channel_r, report_r, filter_fd):
+                if fd >= 0:
+                    os.close(fd)
+            if launch is not None:
+                self.isolation.clean(launch, uid, run)
+
+    @staticmethod
+    def _harness_options(limits, uid, channel_fd, lib_dirs, only, public, functions) -> list[str]:
+        """The options after the harness's job folder (``harness.main``)."""
+        cmd = ["--channel-fd", str(channel_fd), "--site", os.pathsep.join(site_dirs())]
+        if uid is not None:     # RLIMIT_NPROC counts a user's processes: only with a user of its own
+            cmd += ["--nproc", str(limits.processes)]
+        if lib_dirs:
+            cmd += ["--lib", os.pathsep.join(lib_dirs)]
+        if only:
+            cmd += ["--only", ",".join(only)]
+        if public:
+            cmd += ["--public", public]
+            if functions:
+                cmd += ["--functions", ",".join(functions)]
+        return cmd
+
+    @staticmethod
+    def _check_started(run: Run) -> None:
+        """The sandbox itself failed, before anything of the submission ran: the grader's problem."""
+        if "error" in run.supervisor:
+            raise RuntimeError(f"the sandbox could not start: {str(run.supervisor['error'])[:300]}")
+        if run.returncode == _supervisor.NOT_STARTED and not run.transcript.hello and not run.killed:
+            raise RuntimeError(f"the sandbox could not start the harness: {run.output[-300:].strip()}")

@@ -1,0 +1,160 @@
+"""The sandbox's seccomp filter: a classic BPF program, built here with ``struct``, that the
+kernel runs on every system call of the submission's processes.
+
+bubblewrap installs it (``--seccomp FD``) just before it starts the supervisor; the fallback's
+supervisor installs it (``prctl(PR_SET_SECCOMP)``) in the harness's process once its privileges
+are dropped, before the submission is loaded.  Every child inherits it and none can remove it.
+
+The program, on ``struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}``::
+
+    load arch                      x86_64 or aarch64, else kill the process (an i386 int 0x80
+                                   call arrives with arch i386 and other numbers)
+    load nr
+    x86_64: nr >= 0x40000000       the x32 ABI: EPERM
+    nr in DENIED                   EPERM
+    nr == clone                    flags (args[0], low 32 bits) & any CLONE_NEW*: EPERM
+    nr == clone3                   ENOSYS (its flags are in memory the filter cannot read; the
+                                   C library then falls back to clone, whose flags it can)
+    nr == socket (``no_sockets``)  EPERM: the fallback without namespaces shares the machine's
+                                   network and abstract socket names
+    otherwise                      allow
+
+DENIED: kernel keyrings (a counter that outlives the sandbox), namespaces (``unshare``,
+``setns``), io_uring, ptrace and cross-process memory, every mount call, bpf,
+perf_event_open, userfaultfd, module and kexec loading, swap, System V IPC and POSIX message
+queues (state shared with other sandboxes where there is no IPC namespace).  Threads (clone
+without namespace flags), fork, and everything numpy and the harness use stay allowed.
+"""
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import struct
+
+# classic BPF opcodes (linux/filter.h)
+LD_W_ABS = 0x20                 # BPF_LD | BPF_W | BPF_ABS
+JEQ_K, JGE_K, JSET_K = 0x15, 0x35, 0x45
+RET_K = 0x06
+
+RET_KILL_PROCESS = 0x80000000
+RET_ERRNO = 0x00050000
+RET_ALLOW = 0x7FFF0000
+
+NR_OFFSET, ARCH_OFFSET, ARGS_OFFSET = 0, 4, 16      # struct seccomp_data (little-endian on both)
+
+AUDIT_ARCH_X86_64 = 0xC000003E
+AUDIT_ARCH_AARCH64 = 0xC00000B7
+X32_SYSCALL_BIT = 0x40000000
+
+# CLONE_NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+CLONE_NAMESPACES = 0x80 | 0x20000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+
+# The system calls denied, by name: the same list on every architecture.
+DENIED = ("keyctl", "add_key", "request_key",
+          "unshare", "setns",
+          "io_uring_setup", "io_uring_enter", "io_uring_register",
+          "ptrace", "process_vm_readv", "process_vm_writev",
+          "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount",
+          "fspick", "mount_setattr",
+          "bpf", "perf_event_open", "userfaultfd",
+          "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+          "swapon", "swapoff",
+          "shmget", "msgget", "semget", "mq_open")
+
+# Their numbers (arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h for
+# aarch64), with clone, clone3 and socket, which the program treats apart.
+SYSCALLS = {
+    "x86_64": {"keyctl": 250, "add_key": 248, "request_key": 249, "unshare": 272, "setns": 308,
+               "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+               "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+               "mount": 165, "umount2": 166, "pivot_root": 155, "move_mount": 429, "open_tree": 428,
+               "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+               "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+               "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+               "delete_module": 176, "swapon": 167, "swapoff": 168,
+               "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
+               "clone": 56, "clone3": 435, "socket": 41},
+    "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268,
+                "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+                "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
+                "mount": 40, "umount2": 39, "pivot_root": 41, "move_mount": 429, "open_tree": 428,
+                "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+                "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
+                "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
+                "delete_module": 106, "swapon": 224, "swapoff": 225,
+                "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180,
+                "clone": 220, "clone3": 435, "socket": 198},
+}
+ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> tuple[int, int, int, int]:
+    return (code, jt, jf, k)
+
+
+def _arch_block(arch: str, no_sockets: bool) -> list[tuple]:
+    """The instructions for one architecture, from loading ``nr`` to a return on every path."""
+    numbers = SYSCALLS[arch]
+    eperm, enosys = RET_ERRNO | errno.EPERM, RET_ERRNO | errno.ENOSYS
+    block = [_op(LD_W_ABS, NR_OFFSET)]
+    if arch == "x86_64":
+        block += [_op(JGE_K, X32_SYSCALL_BIT, 0, 1), _op(RET_K, eperm)]
+    for name in DENIED:
+        block += [_op(JEQ_K, numbers[name], 0, 1), _op(RET_K, eperm)]
+    block += [_op(JEQ_K, numbers["clone3"], 0, 1), _op(RET_K, enosys)]
+    if no_sockets:
+        block += [_op(JEQ_K, numbers["socket"], 0, 1), _op(RET_K, eperm)]
+    # clone: the flags are its first argument; the last instructions, so the load of args[0]
+    # replaces nr only where nothing looks at nr again
+    block += [_op(JEQ_K, numbers["clone"], 0, 3),
+              _op(LD_W_ABS, ARGS_OFFSET),
+              _op(JSET_K, CLONE_NAMESPACES, 0, 1),
+              _op(RET_K, eperm),
+              _op(RET_K, RET_ALLOW)]
+    return block
+
+
+def instructions(no_sockets: bool = False) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions (``no_sockets``: socket() denied too)."""
+    program = [_op(LD_W_ABS, ARCH_OFFSET)]
+    for arch, audit in ARCHES.items():
+        block = _arch_block(arch, no_sockets)
+        if len(block) > 255:                       # a conditional jump reaches 255 instructions
+            raise ValueError(f"the {arch} block is too long for one jump ({len(block)})")
+        program += [_op(JEQ_K, audit, 0, len(block))] + block
+    program.append(_op(RET_K, RET_KILL_PROCESS))
+    return program
+
+
+@functools.lru_cache(maxsize=2)
+def program(no_sockets: bool = False) -> bytes:
+    """The filter as the kernel reads it: an array of ``struct sock_filter {u16 code; u8 jt;
+    u8 jf; u32 k}``, in this machine's byte order."""
+    return b"".join(struct.pack("=HBBI", *ins) for ins in instructions(no_sockets))
+
+
+def program_fd(no_sockets: bool = False) -> int:
+    """A descriptor to read the program from, at its start (bubblewrap's ``--seccomp FD``,
+    the supervisor's ``--seccomp-fd``): an anonymous file, nothing on any disk."""
+    fd = os.memfd_create("kvgrader-seccomp", 0)
+    os.write(fd, program(no_sockets))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def run_filter(prog: list[tuple], nr: int, arch: int, args: tuple = ()) -> int:
+    """What the kernel would return for a call: the program interpreted, for the tests (and for
+    anyone reading it: the few instructions the filter uses, nothing more)."""
+    data = struct.pack("=iIQ6Q", nr, arch, 0, *(list(args) + [0] * 6)[:6])
+    acc, pc = 0, 0
+    while True:
+        code, jt, jf, k = prog[pc]
+        if code == LD_W_ABS:
+            acc = struct.unpack_from("=I", data, k)[0]
+            pc += 1
+        elif code == RET_K:
+            return k
+        else:
+            taken = {JEQ_K: acc == k, JGE_K: acc >= k, JSET_K: bool(acc & k)}[code]
+            pc += 1 + (jt if taken else jf)
