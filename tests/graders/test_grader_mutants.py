@@ -24,7 +24,7 @@ from graders.batch import write_gradebook
 from graders.checks import CallResult, Fail
 from graders.exercises import mutants as ex
 from graders.grading import Verdict
-from graders.grading import copy_package
+from graders.job import copy_package
 from graders.harness import make_module
 from graders.registry import Lib
 from graders.sandbox import SUBMISSION_SECONDS, TEST_SECONDS
