@@ -356,7 +356,7 @@ def _outcome(verdict) -> str:
         return verdict.value
     if verdict.raised:
         return TODO if "is not implemented yet" in verdict.message else REJECTED
-    if verdict.message.startswith("not run"):
+    if verdict.message.startswith(("not run", "not counted")):
         return "not run"
     if verdict.trouble is not None:
         return verdict.trouble.value              # "timeout" or "crashed"
@@ -501,5 +501,5 @@ def make_tests() -> list[Test]:
 
 EXERCISE = Exercise(name="mutants", chapter=11, functions=(PREDICT, CHECK), make_tests=make_tests,
                     title="Testing the tests of the program builder",
-                    libs=(Lib("ga2", hide=HIDDEN),), quiet=True, test_seconds=10.0, submission_seconds=300.0,
+                    libs=(Lib("ga2", hide=HIDDEN, parts=("requant",)),), quiet=True, test_seconds=10.0, submission_seconds=300.0,
                     proceed=_proceed, items=_items, report=_report)
