@@ -39,6 +39,8 @@ Exercises that need more plug in at the seams above without changing the story:
 """
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import json
 import os
@@ -258,6 +260,9 @@ def _run_phases(sandbox: Sandbox, job: Job, exercise: Exercise, runnable: list[T
 
     _run_tests(sandbox, job, test_cases(exercise.name, limits), runnable, limits, clock, extracted, session,
                exercise.quiet, judged, progress)
+    ours = course_imports(exercise.name)
+    for run in session.runs:            # notes are for what the learner wrote, not the course's own cells
+        run.transcript.import_failures = {k: v for k, v in run.transcript.import_failures.items() if k not in ours}
     for test in runnable:
         if test.phase in skipped:
             ran = test.id in session.outcomes and not isinstance(session.outcomes[test.id], Problem)
@@ -370,6 +375,35 @@ def _resolve(source: Source | Unreadable, filename: str, exercise: str | None) -
 
 
 # ------------------------------------------------------------------ 4-5. run, parse, outcomes
+
+
+def course_imports(exercise: str) -> frozenset[str]:
+    """The import statements of the exercise notebook's own cells (its worked example, its public
+    checks: every code cell but the answer cell), as the notebook reader reports them: a failure
+    of one of these in the sandbox is the course's, not the learner's."""
+    return _course_imports(registry.package_dir("graders").parent / "exercises" / f"{exercise}.ipynb")
+
+
+@functools.lru_cache(maxsize=32)
+def _course_imports(path: Path) -> frozenset[str]:
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        return frozenset()
+    found = set()
+    for cell in cells:
+        if cell.get("cell_type") != "code" or "answer" in (cell.get("metadata", {}).get("tags") or []):
+            continue
+        source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else str(cell.get("source", ""))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                segment = ast.get_source_segment(source, node) or ""
+                found.add(" ".join(line.strip() for line in segment.splitlines())[:120])
+    return frozenset(found)
 
 
 _chance = secrets.SystemRandom()        # the order of a grading's tests: no submission can predict it

@@ -421,3 +421,10 @@ def test_crafted_strides_do_not_grow_the_machines_caches():
     assert machine._low_bytes.cache_info().currsize <= machine.OFFSET_CACHE_ENTRIES
     assert machine._offsets.cache_info().currsize <= machine.OFFSET_CACHE_ENTRIES
     assert machine._offsets(2, 3, 5, 1).tolist() == [[0, 1, 2], [5, 6, 7]]        # and they still work
+
+
+def test_test_names_speak_to_learners():
+    """A test's name is a line of feedback and a gradebook column: it never says "seed"."""
+    for name in registry.names():
+        for item in registry.items(name):
+            assert "seed" not in item.name.lower(), (name, item.name)
