@@ -324,12 +324,12 @@ def _judge_predictions(results) -> dict:
         if not wrong_in and not left_out:
             verdicts[label] = (True, "")
             continue
+        # What is wrong, never how many: a count, set beside the size of the set, is the answer.
         parts = []
         if wrong_in:
-            parts.append(f"names {wrong_in} check{'s' if wrong_in > 1 else ''} that do{'es' if wrong_in == 1 else ''} "
-                         "not catch it")
+            parts.append("names at least one check that does not catch it")
         if left_out:
-            parts.append(f"leaves out {left_out} that do{'es' if left_out == 1 else ''}")
+            parts.append("leaves out at least one that does")
         verdicts[label] = (False, "not what the checks do: your set " + " and ".join(parts) + ". Ask what each "
                                   "check shares with the builder, and which lengths and examples it runs")
     return verdicts

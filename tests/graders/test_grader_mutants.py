@@ -220,14 +220,18 @@ def test_part_1_feedback_says_what_is_wrong_without_the_answer():
     del answer[ex.PREDICTED[5]]
     got = ex._judge_predictions([CallResult(answer)])
     assert got[ex.PREDICTED[0]] == (True, "")
-    assert "names 1 check that does not catch it" in got[ex.PREDICTED[1]][1]
-    assert "leaves out 2 that do" in got[ex.PREDICTED[2]][1]
+    assert "names at least one check that does not catch it" in got[ex.PREDICTED[1]][1]
+    assert "leaves out at least one that does" in got[ex.PREDICTED[2]][1]
     assert "is a string" in got[ex.PREDICTED[3]][1]
     assert "other than the letters" in got[ex.PREDICTED[4]][1]
     assert "no prediction for this mutant" in got[ex.PREDICTED[5]][1]
     assert all(got[label] == (True, "") for label in ex.PREDICTED[6:])
-    for label in ex.PREDICTED[1:3]:                            # counts, never the checks' letters
+    for label in ex.PREDICTED[1:3]:                            # neither the checks' letters nor a count
         assert not any(f"'{c}'" in got[label][1] or f"({c})" in got[label][1] for c in "bcd")
+        assert not any(ch.isdigit() for ch in got[label][1])
+    answer[ex.PREDICTED[1]] = set(right[ex.PREDICTED[1]] ^ {"b", "c", "d"})
+    if len(answer[ex.PREDICTED[1]]) == 2:                      # a set of two, both wrong: not said as such
+        assert "2" not in ex._judge_predictions([CallResult(answer)])[ex.PREDICTED[1]][1]
     with pytest.raises(Fail, match="must return a dict"):
         ex._judge_predictions([CallResult([1, 2])])
 
