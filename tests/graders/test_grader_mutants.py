@@ -466,3 +466,16 @@ def test_the_list_shows_the_parts(capsys):
     parts = len(registry.items("mutants"))
     assert f"{len(registry.tests('mutants'))} tests in {parts} parts" in line
     assert f"{sum(i.points for i in registry.items('mutants')):g} points" in line
+
+
+def test_the_kept_truth_of_part_1_is_current_and_is_what_the_checks_do():
+    """``mutants_truth.json`` (rerun ``python -m graders.exercises.mutants`` after changing ga2 or
+    the exercise) holds what running the checks gives; a stale one is ignored."""
+    stored = ex._stored_truth()
+    assert set(stored) == set(ex.PREDICTED), "mutants_truth.json is out of date"
+    assert stored == {label: ex.run_truth(label) for label in ex.PREDICTED}
+
+
+def test_a_stale_kept_truth_is_ignored(monkeypatch):
+    monkeypatch.setattr(ex, "truth_key", lambda: "a hash of another ga2")
+    assert ex._stored_truth() == {}
