@@ -166,7 +166,7 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
                 limits: Limits | None = None, isolation: str = "auto", label: str | None = None,
                 progress: Progress | None = None) -> dict:
     """Grade the submission ``data`` (named ``filename``) and return its result dict.
-    ``progress(done, total)`` is called as the hidden tests come back (from the grading's threads)."""
+    ``progress(done, total)`` is called (in this thread) as the hidden tests come back."""
     limits = limits or Limits()
     clock = time.perf_counter()
     common = dict(submission=label or filename, sha256=hashlib.sha256(data).hexdigest())
