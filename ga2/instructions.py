@@ -117,17 +117,23 @@ def build(op: str, **fields) -> Instr:
         raise InstructionFormError(op, "op", f"unknown operation (GA-2 has {', '.join(OPS)})")
     defaults = DEFAULTS.get(op)
     given = {**defaults, **fields} if defaults else fields
-    if len(given) != len(names) or not all(name in given for name in names):
+    try:                # the common case in one pass: exactly the op's fields (the simulator's hot path)
+        values = tuple(map(given.__getitem__, names)) if len(given) == len(names) else None
+    except KeyError:
+        values = None
+    if values is None:
         unknown = [name for name in fields if name not in names]
         if unknown:
             raise InstructionFormError(op, unknown[0],
                                        f"not a field of {op} (its fields: {', '.join(names) or 'none'})")
         missing = [name for name in names if name not in given]
         raise InstructionFormError(op, missing[0], "missing")
-    values = tuple(given[name] for name in names)
-    if not all(type(v) is int for v in values):  # numpy integers and bools become ints
+    if not set(map(type, values)) <= _INT:  # numpy integers and bools become ints
         values = tuple(_as_int_if_integral(v) for v in values)
     return Instr(op, values)
+
+
+_INT = frozenset({int})
 
 
 def as_instr(item) -> Instr:

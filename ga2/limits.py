@@ -126,6 +126,9 @@ def _valid(ins: Instr, ext_words: int, spad_words: int) -> bool:
     return True
 
 
+_INT = frozenset({int})
+
+
 def check_program(program: Sequence, ext_words: int = EXT_WORDS, spad_words: int = SPAD_WORDS) -> list[Instr]:
     """Check every limit of every instruction; return the program as a list of ``Instr``.
 
@@ -142,7 +145,7 @@ def check_program(program: Sequence, ext_words: int = EXT_WORDS, spad_words: int
             raise ProgramError(index, err.op, err.field, err.reason) from None
         if ins.op not in FIELDS:
             raise ProgramError(index, ins.op, "op", f"unknown operation (GA-2 has {', '.join(FIELDS)})")
-        if not all(type(v) is int for v in ins.values):
+        if not set(map(type, ins.values)) <= _INT:
             # Before the cache: 1.0 == 1, so a float must not find the int's entry.
             _check_values(index, ins)
         try:

@@ -40,7 +40,13 @@ __all__ = ["Machine", "EXT_WORDS", "SPAD_WORDS", "to_words", "low_byte_signed", 
 _LOW_BYTE = 0 if sys.byteorder == "little" else 3
 
 
-@lru_cache(maxsize=None)
+# The block shapes a program uses are few and recur in every step, so the offsets are cached; the
+# caches are bounded because strides come from the program (crafted ones would otherwise grow them
+# for the rest of the process).  An entry holds at most SPAD_WORDS offsets (32 KiB).
+OFFSET_CACHE_ENTRIES = 128
+
+
+@lru_cache(maxsize=OFFSET_CACHE_ENTRIES)
 def _offsets(rows: int, cols: int, row_stride: int, col_stride: int) -> np.ndarray:
     """(rows, cols) word offsets r * row_stride + c * col_stride of a strided block (cached: few shapes recur)."""
     offsets = np.arange(rows)[:, None] * row_stride + np.arange(cols)[None, :] * col_stride
@@ -48,7 +54,7 @@ def _offsets(rows: int, cols: int, row_stride: int, col_stride: int) -> np.ndarr
     return offsets
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=OFFSET_CACHE_ENTRIES)
 def _low_bytes(rows: int, cols: int, row_stride: int, col_stride: int) -> np.ndarray:
     """The same block as byte offsets of the words' low bytes, for reading int8 operands."""
     offsets = 4 * _offsets(rows, cols, row_stride, col_stride) + _LOW_BYTE

@@ -47,23 +47,27 @@ Exercises that need more plug in at the seams above without changing the story:
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
-import io
 import json
+import os
+import secrets
 import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
-
-import numpy as np
+from typing import Callable
 
 from . import feedback, registry
 from .checks import CallResult, Fail, describe
-from .harness import decode, encode
+from .harness import decode
+from .job import Case, Job, _spec, _timeout, copy_package, job_files, run_files, test_cases  # noqa: F401
+from .machine_parts import other_parts
 from .notebook import Extracted, Refused, Source, Unreadable, infer_exercise, read, read_file
 from .outcomes import Outcome, Problem, Returned, Trouble, Verdict
-from .registry import Exercise, Lib, Module, Ref, Step, Test
+from .registry import Exercise, Lib, Test
 from .results import grader_failed, make_result, test_entry
 from .sandbox import Limits, Run, Sandbox, SandboxUnavailable, describe as describe_isolation, work_folder
 
@@ -83,6 +87,9 @@ class UsageError(ValueError):
 # ---------------------------------------------------------------------------------- outcomes
 
 
+Progress = Callable[[int, int], None]        # progress(tests done, tests to run)
+
+
 @dataclass
 class Session:
     """Everything the sandbox runs of one submission gave: an outcome per test that ran."""
@@ -93,139 +100,17 @@ class Session:
     stopped: Problem | None = None               # why the tests not run yet never will be
 
 
-# ----------------------------------------------------------------------------------- the job
-
-
-@dataclass(frozen=True)
-class Job:
-    """What the sandbox gets: the extracted source, the spec (limits and calls), the inputs'
-    arrays, and the course packages to make importable (read-only) next to it: ``libs`` as they
-    are (folders), ``copies`` as copies made in the job folder (``registry.Lib``: a package
-    without the modules it hides)."""
-
-    source: str
-    spec: bytes
-    inputs: bytes = b""
-    libs: tuple[Path, ...] = ()
-    copies: tuple[Lib, ...] = ()
-
-    def write(self, folder: Path) -> tuple[Path, ...]:
-        """Write the job into ``folder``; returns every package folder to make importable."""
-        (folder / "submission.py").write_text(self.source, encoding="utf-8")
-        (folder / "spec.json").write_bytes(self.spec)
-        if self.inputs:
-            (folder / "inputs.npz").write_bytes(self.inputs)
-        copied = tuple(copy_package(lib, folder / "lib") for lib in self.copies)
-        folder.chmod(0o755)                 # the sandbox's own user reads it
-        for path in folder.rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        return tuple(self.libs) + copied
-
-
-def copy_package(lib: Lib, into: Path) -> Path:
-    """A copy of the course package ``lib.name`` in ``into``, without the modules ``lib.hide``
-    names (``.py`` files only: no compiled files, no data).  When something is hidden, the copy's
-    ``__init__`` imports just the modules the package's own ``__init__`` imports and the copy
-    still has (``from . import a, b``); the copy is named like the package, so it imports as it."""
-    source = registry.package_dir(lib.name)
-    target = into / lib.name
-    hidden = set(lib.hide)
-    for path in sorted(source.rglob("*.py")):
-        rel = path.relative_to(source)
-        if "__pycache__" in rel.parts or rel.parts[0].removesuffix(".py") in hidden:
-            continue
-        (target / rel).parent.mkdir(parents=True, exist_ok=True)
-        (target / rel).write_bytes(path.read_bytes())
-    if hidden:
-        (target / "__init__.py").write_text(_reduced_init(source / "__init__.py", lib), encoding="utf-8")
-    return target
-
-
-def _reduced_init(init: Path, lib: Lib) -> str:
-    """The ``__init__`` of a copy of a package without ``lib.hide``."""
-    kept = []
-    for node in ast.walk(ast.parse(init.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and not node.module:
-            kept += [a.name for a in node.names if a.name not in lib.hide and a.name not in kept]
-    lines = [f'"""{lib.name} as the grader\'s sandbox has it: without {", ".join(sorted(lib.hide))}."""']
-    if kept:
-        lines.append(f"from . import {', '.join(kept)}  # noqa: F401")
-    return "\n".join(lines) + "\n"
-
-
-def _spec(limits: Limits, cases: list[dict]) -> dict:
-    """The harness's spec: its limits (one CPU budget: the whole submission and its import, and
-    2 s to spare) and the cases."""
-    return {"limits": {"memory_bytes": limits.memory_bytes,
-                       "cpu_seconds": int(limits.submission_seconds + limits.import_seconds) + 2,
-                       "file_bytes": limits.tmpfs_bytes, "open_files": limits.open_files},
-            "import_timeout": limits.import_seconds,
-            "submission_timeout": limits.submission_seconds,
-            "give_up_after_timeouts": limits.give_up_after,
-            "cases": cases}
-
-
-_job_cache: dict[tuple, tuple[bytes, bytes]] = {}
-
-
-def job_files(exercise: str, limits: Limits) -> tuple[bytes, bytes]:
-    """(spec.json, inputs.npz) of an exercise's hidden tests: inputs only, never expected values."""
-    key = (exercise, tuple(sorted(limits.as_dict().items())))
-    if key in _job_cache:
-        return _job_cache[key]
-    arrays: dict[str, np.ndarray] = {}
-    ids: dict[int, str] = {}
-
-    def store(arr):
-        k = ids.get(id(arr))
-        if k is None:
-            k = ids[id(arr)] = f"a{len(arrays)}"
-            arrays[k] = arr
-        return {"$nd": k}
-
-    def encode_arg(arg):
-        if isinstance(arg, Ref):
-            return {"$ref": [arg.call, *arg.path]}
-        if isinstance(arg, Module):
-            return {"$module": {"name": arg.name, "package": arg.package,
-                                "code": store(np.frombuffer(arg.code, dtype=np.uint8))}}
-        if isinstance(arg, Step):                   # resolved against the steps of its call
-            return {"$ref": [arg.index, *arg.path]}
-        return encode(arg, store)
-
-    def encode_call(c):
-        call = {"fn": c.fn, "args": [encode_arg(a) for a in c.args], "capture_args": c.capture_args}
-        if c.methods:
-            call["methods"] = [{"name": name, "args": None if args is None else [encode_arg(a) for a in args]}
-                               for name, args in c.methods]
-        return call
-
-    cases = [{"id": test.id, "timeout": _timeout(test, limits), "calls": [encode_call(c) for c in test.calls]}
-             for test in registry.tests(exercise)]
-    buf = io.BytesIO()
-    if arrays:
-        np.savez(buf, **arrays)
-    files = (json.dumps(_spec(limits, cases)).encode(), buf.getvalue())
-    _job_cache[key] = files
-    return files
-
-
-def _timeout(test: Test, limits: Limits) -> float:
-    """A test's time limit: its own when it sets one, else the default of the limits."""
-    return float(test.timeout if test.timeout is not None else limits.test_seconds)
-
-
 # ----------------------------------------------------------------------------- the story
 
 
 def grade_file(path, exercise: str | None = None, *, limits: Limits | None = None,
-               isolation: str = "auto") -> dict:
+               isolation: str = "auto", progress: Progress | None = None) -> dict:
     """Grade the submission file ``path`` (a regular file, never followed through a link)."""
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
         raise UsageError(f"{path} is a folder; use 'batch' to grade a folder of submissions")
     return grade_bytes(read_submission(path), path.name, exercise, limits=limits, isolation=isolation,
-                       label=str(path))
+                       label=str(path), progress=progress)
 
 
 def read_submission(path) -> bytes:
@@ -239,8 +124,10 @@ def read_submission(path) -> bytes:
 
 
 def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
-                limits: Limits | None = None, isolation: str = "auto", label: str | None = None) -> dict:
-    """Grade the submission ``data`` (named ``filename``) and return its result dict."""
+                limits: Limits | None = None, isolation: str = "auto", label: str | None = None,
+                progress: Progress | None = None) -> dict:
+    """Grade the submission ``data`` (named ``filename``) and return its result dict.
+    ``progress(done, total)`` is called (in this thread) as the hidden tests come back."""
     limits = limits or Limits()
     clock = time.perf_counter()
     common = dict(submission=label or filename, sha256=hashlib.sha256(data).hexdigest())
@@ -251,7 +138,7 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
         common["fingerprint"] = registry.fingerprint(name)
         ex = registry.get(name)
         limits = limits.resolved(ex.test_seconds, ex.submission_seconds)   # the exercise's defaults
-        result = _grade(source, name, note, limits, isolation, clock, common)
+        result = _grade(source, name, note, limits, isolation, clock, common, progress)
         if note:
             result["exercise_inferred"] = note
         return result
@@ -269,7 +156,7 @@ def common_of(common: dict) -> dict:
 
 
 def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Limits, isolation: str,
-           clock: float, common: dict) -> dict:
+           clock: float, common: dict, progress: Progress | None = None) -> dict:
     exercise, tests = registry.get(name), registry.tests(name)
     try:                                                 # 2. extract
         if isinstance(source, Unreadable):
@@ -291,7 +178,7 @@ def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Lim
         sandbox = Sandbox(isolation)
         spec, inputs = job_files(name, limits)
         job = Job(extracted.source, spec, inputs, copies=exercise.libs)
-        session = _run_phases(sandbox, job, exercise, runnable, limits, clock, extracted, verdicts)
+        session = _run_phases(sandbox, job, exercise, runnable, limits, clock, extracted, verdicts, progress)
     for test in tests:
         if test not in runnable:
             fns = sorted({c.fn for c in test.calls} & missing)
@@ -306,31 +193,46 @@ def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Lim
 
 
 def _run_phases(sandbox: Sandbox, job: Job, exercise: Exercise, runnable: list[Test], limits: Limits,
-                clock: float, extracted: Extracted, verdicts: dict) -> Session:
-    """Steps 4-6, phase by phase: run a phase's tests in the sandbox, judge what came back; a
-    phase after the first runs only when ``exercise.proceed`` says so, given the verdicts so far."""
+                clock: float, extracted: Extracted, verdicts: dict, progress: Progress | None = None) -> Session:
+    """Steps 4-6 for every runnable test, in an order drawn afresh for each grading (``_run_tests``),
+    each test judged as soon as it has come back.  Phases decide what counts, not when a test
+    runs (a fixed order would tell a submission which tests come first): a test of a phase after
+    the first counts only when ``exercise.proceed`` allows it, asked with the verdicts of the
+    earlier phases; once it gives a reason (on the verdicts so far), the phase's tests that have
+    not run yet are not run, and its tests that ran are not counted."""
     session = Session()
     phases = sorted({t.phase for t in runnable})
-    folder = Path(work_folder("grader-job-"))
-    try:
-        libs = job.write(folder)
-        for phase in phases:
-            group = [t for t in runnable if t.phase == phase]
-            why = session.stopped or session.import_problem
-            skip = None
-            if why is None and phase != phases[0] and exercise.proceed is not None:
-                skip = exercise.proceed(phase, dict(verdicts))
-            if why is None and skip is None:
-                _run_tests(sandbox, folder, libs, group, limits, clock, extracted, session, exercise.quiet)
-            for test in group:
-                if skip is not None:
-                    verdicts[test.id] = Verdict(False, f"not run: {skip}")
-                    continue
-                outcome = session.outcomes.get(test.id) or session.stopped or session.import_problem
-                verdicts[test.id] = judge(test, outcome, extracted, _timeout(test, limits), limits.memory_bytes,
-                                          quiet=exercise.quiet)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    phase_of = {t.id: t.phase for t in runnable}
+    skipped: dict[int, str] = {}
+
+    def judged(tests: list[Test]) -> set[str]:
+        """Judge what came back for ``tests``; returns the ids of the tests no longer to run."""
+        for test in tests:
+            outcome = session.outcomes.get(test.id) or session.stopped or session.import_problem
+            verdicts[test.id] = judge(test, outcome, extracted, _timeout(test, limits), limits.memory_bytes,
+                                      quiet=exercise.quiet)
+        if exercise.proceed is not None:
+            for phase in phases[1:]:
+                if phase not in skipped:
+                    earlier = {tid: v for tid, v in verdicts.items() if phase_of[tid] < phase}
+                    why = exercise.proceed(phase, earlier)
+                    if why is not None:
+                        skipped[phase] = why
+        return {t.id for t in runnable if t.phase in skipped}
+
+    _run_tests(sandbox, job, test_cases(exercise.name, limits), runnable, limits, clock, extracted, session,
+               exercise.quiet, judged, progress)
+    ours = course_imports(exercise.name)
+    for run in session.runs:            # notes are for what the learner wrote, not the course's own cells
+        run.transcript.import_failures = {k: v for k, v in run.transcript.import_failures.items() if k not in ours}
+    for test in runnable:
+        if test.phase in skipped:
+            ran = test.id in session.outcomes and not isinstance(session.outcomes[test.id], Problem)
+            verdicts[test.id] = Verdict(False, f"{'not counted' if ran else 'not run'}: {skipped[test.phase]}")
+        elif test.id not in verdicts or test.id not in session.outcomes:
+            outcome = session.outcomes.get(test.id) or session.stopped or session.import_problem
+            verdicts[test.id] = judge(test, outcome, extracted, _timeout(test, limits), limits.memory_bytes,
+                                      quiet=exercise.quiet)
     return session
 
 
@@ -437,36 +339,128 @@ def _resolve(source: Source | Unreadable, filename: str, exercise: str | None) -
 # ------------------------------------------------------------------ 4-5. run, parse, outcomes
 
 
-def _run_tests(sandbox: Sandbox, folder: Path, libs: tuple, runnable: list[Test], limits: Limits,
-               clock: float, extracted: Extracted, session: Session, quiet: bool = False) -> None:
-    """Run the runnable tests on the job in ``folder``, and turn each run's transcript into outcomes
-    (in ``session``).  The tests that are not ``isolated`` share one sandbox, relaunched after a
-    test that hung or killed the process; each isolated test gets a sandbox of its own.  When the
-    submission cannot go on (its time budget is used up, it timed out too often, it flooded the
-    channel, it cannot be loaded), ``session.stopped`` says why and no more tests run."""
-    test_seconds = {t.id: _timeout(t, limits) for t in runnable}
-    shared = [t.id for t in runnable if not t.isolated]
-    batches = ([shared] if shared else []) + [[t.id] for t in runnable if t.isolated]
-    for batch in batches:
-        if session.stopped or session.import_problem:
-            break
-        _run_batch(sandbox, folder, libs, batch, test_seconds, limits, clock, extracted, session, quiet)
+def course_imports(exercise: str) -> frozenset[str]:
+    """The import statements of the exercise notebook's own cells (its worked example, its public
+    checks: every code cell but the answer cell), as the notebook reader reports them: a failure
+    of one of these in the sandbox is the course's, not the learner's."""
+    return _course_imports(registry.package_dir("graders").parent / "exercises" / f"{exercise}.ipynb")
+
+
+@functools.lru_cache(maxsize=32)
+def _course_imports(path: Path) -> frozenset[str]:
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        return frozenset()
+    found = set()
+    for cell in cells:
+        if cell.get("cell_type") != "code" or "answer" in (cell.get("metadata", {}).get("tags") or []):
+            continue
+        source = "".join(cell["source"]) if isinstance(cell.get("source"), list) else str(cell.get("source", ""))
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                segment = ast.get_source_segment(source, node) or ""
+                found.add(" ".join(line.strip() for line in segment.splitlines())[:120])
+    return frozenset(found)
+
+
+_chance = secrets.SystemRandom()        # the order of a grading's tests: no submission can predict it
+
+
+def parallel_runs() -> int:
+    """How many of one submission's isolated sandboxes run at once: one per usable core, two at
+    most (each has its own memory limit; a batch grades several submissions at once too)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
+
+
+@dataclass
+class _Unit:
+    """Tests that run in one sandbox: the shared ones (relaunched after a crash), or one isolated test."""
+
+    tests: list[Test]
+
+
+def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: list[Test], limits: Limits,
+               clock: float, extracted: Extracted, session: Session, quiet: bool = False,
+               judged: Callable[[list[Test]], set[str]] | None = None, progress: Progress | None = None) -> None:
+    """Run the runnable tests of ``job``, and turn each run's transcript into outcomes (in
+    ``session``).  The tests that are not ``isolated`` share one sandbox, relaunched after a test
+    that hung or killed the process; each isolated test gets a sandbox of its own, up to
+    ``parallel_runs()`` of them at once.  The order of the sandboxes, and of the tests in the
+    shared one, is drawn from ``secrets`` for each grading, so that no submission can tell a test
+    by its place.  After each sandbox, ``judged(tests)`` judges its tests and names the tests
+    that no longer need to run.  When the submission cannot go on (its time budget is used up,
+    it timed out too often, it flooded the channel, it cannot be loaded), ``session.stopped`` says
+    why and no more tests run."""
+    chance = _chance
+    shared = [t for t in runnable if not t.isolated]
+    chance.shuffle(shared)
+    units = ([_Unit(shared)] if shared else []) + [_Unit([t]) for t in runnable if t.isolated]
+    chance.shuffle(units)
+    done = 0
+    dropped: set[str] = set()
+
+    def stop_now() -> bool:
+        return bool(session.stopped or session.import_problem)
+
+    def merge(unit: _Unit, part: Session) -> None:
+        nonlocal done, dropped
+        session.runs.extend(part.runs)
+        session.outcomes.update(part.outcomes)
+        session.import_problem = session.import_problem or part.import_problem
+        session.stopped = session.stopped or part.stopped
         timed_out = sum(o.timed_out for o in session.outcomes.values())
         if not session.stopped and limits.give_up_after and timed_out >= limits.give_up_after:
             session.stopped = Problem(f"not run: the submission timed out on {timed_out} tests, so the "
                                       "others were skipped", Trouble.TIMEOUT)
+        if judged is not None:
+            dropped = judged(unit.tests)
+        done += len(unit.tests)
+        if progress is not None:
+            progress(done, len(runnable))
+
+    def run(unit: _Unit) -> Session:
+        part = Session()
+        _run_batch(sandbox, job, cases, unit.tests, limits, clock, extracted, part, quiet)
+        return part
+
+    pending = list(units)
+    with ThreadPoolExecutor(max_workers=parallel_runs()) as pool:
+        running = {}
+        while pending or running:
+            while pending and len(running) < parallel_runs() and not stop_now():
+                unit = pending.pop(0)
+                if all(t.id in dropped for t in unit.tests):
+                    continue
+                running[pool.submit(run, unit)] = unit
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                merge(running.pop(future), future.result())
     stop = session.stopped or session.import_problem
-    for tid in test_seconds:
+    for test in runnable:
         if stop is not None:
-            session.outcomes.setdefault(tid, stop)
+            session.outcomes.setdefault(test.id, stop)
 
 
-def _run_batch(sandbox: Sandbox, folder: Path, libs: tuple, batch: list[str], test_seconds: dict,
-               limits: Limits, clock: float, extracted: Extracted, session: Session, quiet: bool = False) -> None:
-    """The tests ``batch`` in one sandbox, relaunched (up to ``limits.max_restarts`` times) after a
-    test that hung or killed the process, for the tests after it."""
+def _run_batch(sandbox: Sandbox, job: Job, cases: dict[str, Case], tests: list[Test], limits: Limits,
+               clock: float, extracted: Extracted, session: Session, quiet: bool = False) -> None:
+    """The ``tests`` in one sandbox, relaunched (up to ``limits.max_restarts`` times) after a test
+    that hung or killed the process, for the tests after it.  Each run has a job folder of its
+    own holding only its own tests' inputs, each under a token drawn for that run: the test's id,
+    its number and how many tests the exercise has never reach the sandbox."""
+    test_seconds = {t.id: _timeout(t, limits) for t in tests}
     outcomes = session.outcomes
-    remaining = list(batch)
+    remaining = [t.id for t in tests]
     runs = 0
 
     def give_up(why: str, trouble: Trouble) -> None:
@@ -479,23 +473,31 @@ def _run_batch(sandbox: Sandbox, folder: Path, libs: tuple, batch: list[str], te
         if left <= 0.5:
             give_up(f"the submission used up its time budget ({limits.submission_seconds:g} s)", Trouble.TIMEOUT)
             break
-        run = sandbox.run(folder, Limits(**{**limits.as_dict(), "submission_seconds": left}),
-                          {tid: test_seconds[tid] for tid in batch}, only=remaining, libs=libs)
+        tokens = {secrets.token_hex(8): tid for tid in remaining}
+        files = run_files([(token, cases[tid]) for token, tid in tokens.items()], limits)
+        folder = Path(work_folder("grader-job-"))
+        try:
+            libs = job.write(folder, files)
+            run = sandbox.run(folder, Limits(**{**limits.as_dict(), "submission_seconds": left}),
+                              {token: test_seconds[tid] for token, tid in tokens.items()}, libs=libs)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         session.runs.append(run)
         runs += 1
         transcript = run.transcript
-        outcomes.update({tid: Returned(transcript.results[tid]) for tid in remaining
-                         if tid in transcript.results})
+        outcomes.update({tid: Returned(_quiet(transcript.results[token]) if quiet else transcript.results[token])
+                         for token, tid in tokens.items() if token in transcript.results})
         if not transcript.import_ok:
-            session.import_problem = _import_problem(transcript.imported, run, extracted, limits, quiet)
+            session.import_problem = _loading_problem(transcript.imported, run, extracted, limits, quiet)
             for tid in remaining:
                 outcomes.setdefault(tid, session.import_problem)
             break
-        if run.running and run.running not in outcomes:
-            outcomes[run.running] = _death(run, test_seconds.get(run.running, 0), limits)
+        running = tokens.get(run.running) if run.running else None
+        if running and running not in outcomes:
+            outcomes[running] = _ended(run, test_seconds.get(running, 0), limits, quiet)
         remaining = [tid for tid in remaining if tid not in outcomes]
         if not remaining or transcript.phase == "done":
-            gave_up = transcript.gave_up(len(batch))
+            gave_up = transcript.gave_up(len(tests))
             for tid in remaining:
                 outcomes[tid] = (Problem(f"not run: the submission timed out on {gave_up} tests, so the "
                                          "others were skipped", Trouble.TIMEOUT) if gave_up else
@@ -515,6 +517,50 @@ def _run_batch(sandbox: Sandbox, folder: Path, libs: tuple, batch: list[str], te
     if runs and not session.stopped and session.runs[-1].killed in _FATAL:
         session.stopped = Problem("not run: " + _fatal(session.runs[-1].killed, limits, runs)[0],
                                   _fatal(session.runs[-1].killed, limits, runs)[1])
+
+
+# A quiet exercise's feedback says, of each test, whether it passed, failed, timed out or crashed:
+# never a number the submission chose (an exit status, a signal, a line, an exception's type).
+_QUIET_CRASH = "the submission's process ended during this test"
+
+
+def _quiet(message: dict) -> dict:
+    """A result message with each exception reduced to "an exception" (or the starter's
+    ``NotImplementedError``): no text, type, line or function the submission chose."""
+    def plain(error):
+        kind = error.get("type") if isinstance(error, dict) else None
+        return {"type": "NotImplementedError" if kind == "NotImplementedError" else "Exception"}
+
+    out = dict(message)
+    if isinstance(out.get("error"), dict):
+        out["error"] = plain(out["error"])
+    if isinstance(out.get("calls"), list):
+        out["calls"] = [{**c, "error": plain(c["error"])} if isinstance(c, dict) and isinstance(c.get("error"), dict)
+                        else c for c in out["calls"]]
+    return out
+
+
+def _ended(run: Run, seconds: float, limits: Limits, quiet: bool) -> Problem:
+    """What to say of the test that was running when its run ended: for a quiet exercise, that
+    it timed out or that the process ended, and nothing of how."""
+    problem = _death(run, seconds, limits)
+    if quiet and problem.trouble is Trouble.CRASHED:
+        return Problem(_QUIET_CRASH, Trouble.CRASHED)
+    return problem
+
+
+def _loading_problem(message: dict | None, run: Run, extracted: Extracted, limits: Limits,
+                     quiet: bool) -> Problem:
+    """Why the submission could not be loaded: for a quiet exercise, with no exit status and no
+    exception's text, type or line."""
+    if not quiet:
+        return _import_problem(message, run, extracted, limits)
+    problem = _import_problem(_quiet(message) if isinstance(message, dict) else message, run, extracted,
+                              limits, quiet=True)
+    if problem.trouble is Trouble.CRASHED:
+        return Problem("loading the submission failed" if message is not None
+                       else "the submission's process ended while loading", Trouble.CRASHED)
+    return problem
 
 
 _FATAL = ("submission_timeout", "channel_overflow")
@@ -625,9 +671,10 @@ def check_file(path, exercise: str | None = None, *, limits: Limits | None = Non
     sandbox = Sandbox(isolation)
     exercise = registry.get(name)
     limits = limits.resolved(exercise.test_seconds, exercise.submission_seconds)
-    # The public checks are public: the packages they need are there whole, as in the learner's copy.
-    packages = tuple(registry.package_dir(lib.name) for lib in exercise.libs)
-    job = Job(extracted.source, json.dumps(_spec(limits, [])).encode(), libs=(checks_dir,) + packages)
+    # The public checks are public; the packages they need are there as in the learner's copy, with
+    # the machine's parts of the other exercises installed as the grader's own, compiled.
+    copies = tuple(Lib(lib.name, parts=other_parts(name)) for lib in exercise.libs)
+    job = Job(extracted.source, json.dumps(_spec(limits, [])).encode(), libs=(checks_dir,), copies=copies)
     folder = Path(work_folder("grader-check-"))
     try:
         libs = job.write(folder)

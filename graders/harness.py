@@ -82,7 +82,26 @@ def _type_name(value) -> str:
         name = "object"
     if not isinstance(module, str):
         module = ""
-    return name if module in ("builtins", "") else f"{module}.{name}"
+    return _qualified(cls, module, name)
+
+
+def _qualified(cls, module: str, name: str) -> str:
+    """``name`` alone for one of Python's own classes (``ValueError``), ``module.name`` for any
+    other: a class is Python's own only if it *is* the builtin of that name, whatever its
+    ``__module__`` says (a look-alike ``class ValueError(Exception)`` is ``submission.ValueError``)."""
+    import builtins
+    if module in ("builtins", ""):
+        try:
+            made_by_a_class_statement = type.__dict__["__flags__"].__get__(cls, type) & _HEAP_TYPE
+        except Exception:  # noqa: BLE001
+            made_by_a_class_statement = True
+        if vars(builtins).get(name) is cls or not made_by_a_class_statement:   # ValueError; method, NoneType
+            return name
+        return f"{module or 'unknown'}.{name}" if module != "builtins" else f"not-builtins.{name}"
+    return f"{module}.{name}"
+
+
+_HEAP_TYPE = 1 << 9       # Py_TPFLAGS_HEAPTYPE: a class made at run time (a class statement), not one of C's
 
 
 def array_to_bytes(array) -> bytes:
@@ -378,7 +397,7 @@ def _type_name_of_class(cls) -> str:
     except Exception:  # noqa: BLE001
         return "object"
     name = name if isinstance(name, str) else "object"
-    return name if module in ("builtins", "") or not isinstance(module, str) else f"{module}.{name}"
+    return _qualified(cls, module if isinstance(module, str) else "", name)
 
 
 def _run_methods(obj, steps: list, load, filename: str) -> list[dict]:

@@ -65,10 +65,15 @@ class Lib:
     """A course package importable in the sandbox while the hidden tests run: ``name`` is its
     import name (a top-level package of the course, ``"ga2"``); the modules named in ``hide``
     (top-level modules or sub-packages) are left out of the sandbox's copy, whose ``__init__``
-    then imports only what is left.  The public checks, like the learner's copy, see it whole."""
+    then imports only what is left.  The copy is the learner's copy otherwise: the exercises'
+    counterparts in it are starters or left out.  ``parts`` are installed into it as the grader's
+    own versions, compiled (``graders.machine_parts``: a machine that must run RQ has a
+    requantizer with no source text).  The public checks see the learner's copy whole, with every
+    part installed so."""
 
     name: str
     hide: tuple[str, ...] = ()
+    parts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,12 @@ HINTS = {"even": "Halves seem to be rounded to even (Python's round and np.round
          "up": "Negative halves seem to be rounded up (floor(x + 0.5)); GA-2 rounds them away from zero: "
                "-2.5 -> -3.",
          "low128": "The result seems to saturate at -128; GA-2's int8 is symmetric: -127 ... 127."}
-INT32 = (" The accumulators are int32, as the machine's words are: acc * m reaches 2^55, so an int32 product "
-         "wraps around; compute it in int64 (or with Python ints).")
+HINTS["int32"] = ("The accumulators are int32, as the machine's words are: acc * m reaches 2^55, so an int32 "
+                  "product wraps around; compute it in int64 (or with Python ints).")
 
 
 def _hint(case, got) -> str:
+    """The hint of the one mistake that gives exactly ``got``, or none."""
     for name, wrong in case.get("mistakes", {}).items():
         if wrong != case["expected"] and got == wrong:
             return " " + HINTS[name]
@@ -61,7 +62,7 @@ def check_int32_array(fn):
     assert np.array_equal(acc, before), "requant modified its input array: leave acc as it was"
     values = [int(v) for v in got]
     assert values == case["expected"], (f"for int32 accumulators {case['acc']} with m = {case['m']}, s = {case['s']} "
-                                        f"the result should be {case['expected']}, got {values}.{INT32}")
+                                        f"the result should be {case['expected']}, got {values}.{_hint(case, values)}")
 
 
 CHECKS = [

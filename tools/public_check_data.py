@@ -352,8 +352,17 @@ def requant_data() -> dict:
                                  "low128": [ref_requant(*a, low=-128) for a in args]}}
     acc = [-2 ** 31, 2 ** 31 - 1, 12000, -12000, 30000, -30000, 0, 255, -4242, 65000]
     m, s = 14805262, 34
-    out["array"] = {"acc": acc, "m": m, "s": s, "expected": [ref_requant(a, m, s) for a in acc]}
+    out["array"] = {"acc": acc, "m": m, "s": s, "expected": [ref_requant(a, m, s) for a in acc],
+                    "mistakes": {"int32": [ref_requant(_wrap32(a * m), 1, s) for a in acc],
+                                 "even": [ref_requant(a, m, s, rounding="even") for a in acc],
+                                 "up": [ref_requant(a, m, s, rounding="up") for a in acc],
+                                 "low128": [ref_requant(a, m, s, low=-128) for a in acc]}}
     return out
+
+
+def _wrap32(p: int) -> int:
+    """``p`` as an int32 product holds it: wrapped around modulo 2^32."""
+    return (p + 2 ** 31) % 2 ** 32 - 2 ** 31
 
 
 # The course's memory plan for the attention programs (words), and the step in integers.

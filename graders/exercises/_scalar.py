@@ -15,22 +15,38 @@ from ..registry import Call, Test
 
 
 def values_test(fn: str, name: str, points: float, cases, reference, *, exact: bool, hints=None,
-                rtol: float = 1e-9) -> Test:
+                rtol: float = 1e-9, anchor=None) -> Test:
+    """The results of ``cases`` against the reference.  ``anchor``: an ordinary case the test
+    also calls, for a test whose own answer a constant gives (0 for an empty cache): it counts
+    only together with the right answer there, so that ``return 0`` earns nothing."""
     expected = [reference(*args) for args in cases]
+    calls = [Call(fn, tuple(args)) for args in cases] + ([Call(fn, tuple(anchor))] if anchor else [])
+
+    def compare(value, exp, what):
+        if exact:
+            check_exact_int(value, exp, what, hints)
+        else:
+            check_real(value, exp, what, rtol=rtol, hints=hints)
 
     def check(results):
         for k, exp in enumerate(expected):
-            what = f"case {k + 1} of {len(cases)}: the result" if len(cases) > 1 else "the result"
-            if exact:
-                check_exact_int(results[k].value, exp, what, hints)
-            else:
-                check_real(results[k].value, exp, what, rtol=rtol, hints=hints)
-    return Test(name, points, [Call(fn, tuple(args)) for args in cases], check, step="case")
+            compare(results[k].value, exp, f"case {k + 1} of {len(cases)}: the result" if len(cases) > 1
+                    else "the result")
+        if anchor:
+            try:
+                compare(results[len(cases)].value, reference(*anchor), "on an ordinary case, the result")
+            except Fail as fail:
+                raise Fail(f"{fail} (this test counts only together with the right answer on an ordinary "
+                           "case)") from None
+    return Test(name, points, calls, check, step="case")
 
 
-def type_test(fn: str, name: str, points: float, args, kind: str) -> Test:
+def type_test(fn: str, name: str, points: float, args, kind: str, reference) -> Test:
     """The result is a Python ``int`` (kind "int") or a real number (kind "float": a Python float
-    or a numpy floating scalar, not an array)."""
+    or a numpy floating scalar, not an array), and the right one: the type of a wrong answer
+    (a constant 0.0) earns nothing."""
+    expected = reference(*args)
+
     def check(results):
         value = results[0].value
         if kind == "int":
@@ -45,4 +61,8 @@ def type_test(fn: str, name: str, points: float, args, kind: str) -> Test:
                 raise Fail(f"the result is {describe(value)}; expected a float")
             if not math.isfinite(float(value)):
                 raise Fail("the result is not finite")
+        if kind == "int":
+            check_exact_int(value, expected, "the result")
+        else:
+            check_real(value, expected, "the result")
     return Test(name, points, [Call(fn, tuple(args))], check)

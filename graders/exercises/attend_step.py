@@ -1,4 +1,4 @@
-"""Hidden tests of ``attend_step(x_t, cache, p)`` (chapter 2, seed 001).
+"""Hidden tests of ``attend_step(x_t, cache, p)`` (chapter 2).
 
 One decode step of one attention head with a KV cache: q, k, v = x_t W; append k and v as a new
 row of the cache; scores = K q / sqrt(d); stable softmax; out = weights V.  Returns
@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..checks import Fail, as_array, check_array, describe, unchanged
+from ..checks import Fail, as_array, check_array, describe, unchanged, with_right_answer
 from ..registry import Call, Exercise, Ref, Test
 
 FN = "attend_step"
@@ -122,6 +122,20 @@ def _check_decoding(sequences):
     return check
 
 
+def _with_a_right_answer(prop, x, cache, p):
+    """``prop`` (a check of a property: the inputs left as they were, the shapes) counting only
+    together with the right answer on the same call: an answer that computes nothing leaves its
+    inputs alone too."""
+    out, keys, values = step(x, cache, p)
+
+    def right(results):
+        got, new = _unpack(results[0].value)
+        check_array(got, out, "the output", hint=lambda a: _diagnose(x, cache, p, a))
+        for key, expected in (("k", keys), ("v", values)):
+            check_array(new[key], expected, f"new_cache[{key!r}]")
+    return with_right_answer(prop, right)
+
+
 def _random_params(rng, D, d, scale=1.0):
     return {name: rng.standard_normal((D, d)) * scale for name in ("Wq", "Wk", "Wv")}
 
@@ -147,10 +161,10 @@ def _decode_test(name, points, sequences):
 def make_tests() -> list[Test]:
     tests = []
 
-    # The worked example of seed 001: D = d = 2, Wq = Wk = I, Wv = diag(1, 2).
+    # The statement's worked example: D = d = 2, Wq = Wk = I, Wv = diag(1, 2).
     X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     p = {"Wq": np.eye(2), "Wk": np.eye(2), "Wv": np.diag([1.0, 2.0])}
-    tests.append(_decode_test("the worked example of seed 001, three tokens one by one", 2, [(X, p)]))
+    tests.append(_decode_test("the worked example of the statement, three tokens one by one", 2, [(X, p)]))
 
     # t = 0: one key, weight 1, so the output is the new token's value.
     rng = np.random.default_rng(1001)
@@ -222,7 +236,7 @@ def make_tests() -> list[Test]:
                   else after[1], "the input cache")
         unchanged(cache, after[1], "the input cache")
     tests.append(Test("the input cache dict is left as it was (same keys, same arrays)", 1,
-                      [Call(FN, (x, cache, p), capture_args=True)], dict_unchanged))
+                      [Call(FN, (x, cache, p), capture_args=True)], _with_a_right_answer(dict_unchanged, x, cache, p)))
 
     # The input arrays: not modified in place (even when the dict entries were replaced).
     rng = np.random.default_rng(1005)
@@ -234,7 +248,8 @@ def make_tests() -> list[Test]:
         unchanged(x, original[0], "x_t")
         unchanged(p, original[2], "the parameters p")
     tests.append(Test("the input cache arrays (and x_t, p) are not modified in place", 1,
-                      [Call(FN, (x, cache, p), capture_args=True)], arrays_unchanged))
+                      [Call(FN, (x, cache, p), capture_args=True)],
+                      _with_a_right_answer(arrays_unchanged, x, cache, p)))
 
     # Decoding token by token equals causal attention.
     rng = np.random.default_rng(1006)
@@ -266,7 +281,8 @@ def make_tests() -> list[Test]:
             raise Fail(f"out has shape {out.shape}; expected (d,) = (3,), a vector, not a table")
         if out.dtype != np.float64:
             raise Fail(f"out has dtype {out.dtype}; expected float64 for float64 inputs")
-    tests.append(Test("out has shape (d,) and dtype float64", 1, [Call(FN, (x, cache, p))], out_shape))
+    tests.append(Test("out has shape (d,) and dtype float64", 1, [Call(FN, (x, cache, p))],
+                      _with_a_right_answer(out_shape, x, cache, p)))
 
     # The structure of what comes back.
     rng = np.random.default_rng(1010)
@@ -279,7 +295,7 @@ def make_tests() -> list[Test]:
             if not isinstance(arr, np.ndarray) or arr.shape != (2, 2):
                 raise Fail(f"new_cache[{key!r}] is {describe(arr)}; expected an array of shape (t + 1, d) = (2, 2)")
     tests.append(Test("returns (out, new_cache), new_cache a dict of 'k' and 'v' of shape (t + 1, d)", 1,
-                      [Call(FN, (x, cache, p))], structure))
+                      [Call(FN, (x, cache, p))], _with_a_right_answer(structure, x, cache, p)))
 
     # A long cache.
     rng = np.random.default_rng(1011)

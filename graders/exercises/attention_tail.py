@@ -26,7 +26,7 @@ import numpy as np
 from ga2.limits import ProgramError      # the machine the learner programs (its limits and its simulator)
 from ga2.machine import Machine
 
-from ..checks import Fail, describe, unchanged
+from ..checks import Fail, describe, unchanged, with_right_answer
 from ..harness import Opaque
 from ..registry import Call, Exercise, Lib, Test
 
@@ -376,7 +376,8 @@ def _unchanged_test() -> Test:
 
     def check(results):
         unchanged(P, results[0].originals_after[1], "P")
-    return Test("P is left as it was", 1, [Call(FN, (L, P), capture_args=True)], check)
+    return Test("P is left as it was", 1, [Call(FN, (L, P), capture_args=True)],
+                with_right_answer(check, _output_test("", 0, [ex]).check))
 
 
 def make_tests() -> list[Test]:

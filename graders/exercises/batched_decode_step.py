@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..checks import Fail, check_array, describe, unchanged
+from ..checks import Fail, check_array, describe, unchanged, with_right_answer
 from ..registry import Call, Exercise, Test
 
 FN = "batched_decode_step"
@@ -216,7 +216,7 @@ def make_tests() -> list[Test]:
         if value.dtype != np.float64:
             raise Fail(f"the output has dtype {value.dtype}; expected float64 for float64 inputs")
     tests.append(Test("the output has shape (B, H, d) and q's dtype (float64 here)", 1,
-                      [Call(FN, shaped)], shape_dtype))
+                      [Call(FN, shaped)], with_right_answer(shape_dtype, _values_test("", 0, [shaped]).check)))
 
     rng = np.random.default_rng(5112)
     kept = _case(rng, 3, 4, 2, 6, 3, lengths=[2, 6, 4], tail=_nan)
@@ -226,7 +226,7 @@ def make_tests() -> list[Test]:
         for name, before, now in zip(("q", "K", "V", "lengths"), case, after):
             unchanged(before, now, name)
     tests.append(Test("q, K, V and lengths are not modified", 1, [Call(FN, kept, capture_args=True)],
-                      not_modified))
+                      with_right_answer(not_modified, _values_test("", 0, [kept]).check)))
 
     rng = np.random.default_rng(5113)
     as_int32 = _case(rng, 3, 4, 2, 6, 3)

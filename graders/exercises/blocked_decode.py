@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..checks import Fail, as_array, check_array, check_exact_int, describe, unchanged
+from ..checks import Fail, as_array, check_array, check_exact_int, describe, unchanged, with_right_answer
 from ..registry import Call, Exercise, Test
 
 FN = "blocked_decode"
@@ -279,7 +279,8 @@ def make_tests() -> list[Test]:
         if after[3] != t or after[4] != b:
             raise Fail("seq_len or block came back changed")
     tests.append(Test("q, K_buf and V_buf are not modified (their unused rows included)", 1,
-                      [Call(FN, (q, K, V, t, b), capture_args=True)], inputs_unchanged))
+                      [Call(FN, (q, K, V, t, b), capture_args=True)],
+                      with_right_answer(inputs_unchanged, _cases_test("", 0, [(q, K, V, t, b)]).check)))
 
     rng = np.random.default_rng(8016)
     q, K, V, t, b = _case(rng, 20, 3, 11, 4, d_v=5, tail=np.nan)
@@ -295,7 +296,8 @@ def make_tests() -> list[Test]:
         if isinstance(visited, (bool, np.bool_)) or not isinstance(visited, (int, np.integer)):
             raise Fail(f"visited is {describe(visited)}; expected an integer")
     tests.append(Test("out has shape (d_v,) and dtype float64; visited is an integer", 1,
-                      [Call(FN, (q, K, V, t, b))], shape_dtype))
+                      [Call(FN, (q, K, V, t, b))],
+                      with_right_answer(shape_dtype, _cases_test("", 0, [(q, K, V, t, b)]).check)))
 
     rng = np.random.default_rng(8017)
     cases = []

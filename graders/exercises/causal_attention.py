@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..checks import Fail, check_array, describe, unchanged
+from ..checks import Fail, check_array, describe, unchanged, with_right_answer
 from ..registry import Call, Exercise, Test
 
 FN = "causal_attention"
@@ -81,7 +81,7 @@ def make_tests() -> list[Test]:
     tests = []
     # The three tokens of seed 001's example, as a prefill: Q = K = X, V = X diag(1, 2).
     X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    tests.append(_values_test("three tokens of width 2 (the example of seed 001 as a prefill)", 1,
+    tests.append(_values_test("three tokens of width 2 (chapter 2's worked example as a prefill)", 1,
                               [(X, X.copy(), X @ np.diag([1.0, 2.0]))]))
     rng = np.random.default_rng(3001)
     tests.append(_values_test("one token (T = 1): the output is V", 1, [_qkv(rng, 1, 4), _qkv(rng, 1, 1)]))
@@ -105,7 +105,8 @@ def make_tests() -> list[Test]:
         original = results[0].originals_after
         for name, arr, after in zip("QKV", (Q, K, V), original):
             unchanged(arr, after, name)
-    tests.append(Test("Q, K and V are not modified", 1, [Call(FN, (Q, K, V), capture_args=True)], not_modified))
+    tests.append(Test("Q, K and V are not modified", 1, [Call(FN, (Q, K, V), capture_args=True)],
+                      with_right_answer(not_modified, _values_test("", 0, [(Q, K, V)]).check)))
 
     rng = np.random.default_rng(3007)
     Q, K, V = _qkv(rng, 6, 2)
@@ -118,7 +119,8 @@ def make_tests() -> list[Test]:
             raise Fail(f"the output has shape {value.shape}; expected (T, d) = (6, 2)")
         if value.dtype != np.float64:
             raise Fail(f"the output has dtype {value.dtype}; expected float64")
-    tests.append(Test("the output has shape (T, d) and dtype float64", 1, [Call(FN, (Q, K, V))], shape_dtype))
+    tests.append(Test("the output has shape (T, d) and dtype float64", 1, [Call(FN, (Q, K, V))],
+                      with_right_answer(shape_dtype, _values_test("", 0, [(Q, K, V)]).check)))
 
     rng = np.random.default_rng(3008)
     cases = []

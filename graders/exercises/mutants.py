@@ -3,8 +3,9 @@
 Part 1, ``predict_catches()``: a dict from each mutant label the notebook lists to the set of
 checks among "b", "c", "d" that catch it.  Graded label by label against what the course's
 checks really do to that mutant: the grader applies the mutant to ``ga2/attn.py`` and runs
-``ga2``'s checks on it (``ga2.mutants.evaluate``), once per grader process, on first use.  There
-is no table of answers here: change the builder or a check and the expected answers follow.
+``ga2``'s checks on it (``ga2.mutants.evaluate``), once per grader process, on first use, or
+reads the outcome kept in ``mutants_truth.json`` when its hash of ga2 and of this module is
+current (``write_truth_table``): change the builder or a check and the expected answers follow.
 
 Part 2, ``check_builder(builder) -> bool``: graded the way Examplar grades a test suite, with
 wheats and chaffs.  Every builder is ``ga2/attn.py`` with a change applied here and compiled
@@ -34,9 +35,12 @@ as a rejection, and its text is never read.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import marshal
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -270,21 +274,62 @@ def as_argument(change: Change, source: str | None = None) -> Module:
 _truth_lock = threading.Lock()
 _truth: dict[str, frozenset] = {}
 
+# What the checks catch is found by running them: about 8 s of CPU, once per grader process.  Its
+# outcome is kept next to this module with the hash of everything it depends on (ga2's modules
+# and this one); a table whose hash is not the current one is ignored and the checks are run.
+TRUTH_TABLE = Path(__file__).with_name("mutants_truth.json")
+
+
+def truth_key() -> str:
+    """The hash of what decides the truth: every module of ga2 and this module."""
+    digest = hashlib.sha256()
+    root = package_dir("ga2")
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" not in path.parts:
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def _stored_truth() -> dict[str, frozenset]:
+    try:
+        table = json.loads(TRUTH_TABLE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(table, dict) or table.get("key") != truth_key():
+        return {}
+    return {label: frozenset(letters) for label, letters in table.get("truth", {}).items()}
+
+
+def run_truth(label: str) -> frozenset:
+    """The checks among b, c, d that catch the mutant ``label``, found by running them."""
+    from ga2.mutants import MUTANTS, Mutant, evaluate
+    known = {m.label: m for m in MUTANTS}
+    if label in known:
+        mutant = known[label]
+    else:
+        change = next(c for c in NEW_CHAFFS if c.label == label)
+        (old, new), = change.edits
+        mutant = Mutant(label, old, new)
+    result = evaluate(mutant, equivalent=False)
+    return frozenset(k for k in CHECKS if result.caught[k])
+
+
+def write_truth_table() -> Path:
+    """Run the checks on every mutant part 1 asks about and keep the outcome (``TRUTH_TABLE``)."""
+    table = {"key": truth_key(), "truth": {label: sorted(run_truth(label)) for label in PREDICTED}}
+    TRUTH_TABLE.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+    return TRUTH_TABLE
+
 
 def truth(label: str) -> frozenset:
-    """The checks among b, c, d that catch the mutant ``label``, found by running them (once)."""
+    """The checks among b, c, d that catch the mutant ``label``: the kept outcome of running them
+    when it is current, else found by running them (once per process)."""
     with _truth_lock:
+        if not _truth:
+            _truth.update(_stored_truth())
         if label not in _truth:
-            from ga2.mutants import MUTANTS, Mutant, evaluate
-            known = {m.label: m for m in MUTANTS}
-            if label in known:
-                mutant = known[label]
-            else:
-                change = next(c for c in NEW_CHAFFS if c.label == label)
-                (old, new), = change.edits
-                mutant = Mutant(label, old, new)
-            result = evaluate(mutant, equivalent=False)
-            _truth[label] = frozenset(k for k in CHECKS if result.caught[k])
+            _truth[label] = run_truth(label)
         return _truth[label]
 
 
@@ -324,12 +369,12 @@ def _judge_predictions(results) -> dict:
         if not wrong_in and not left_out:
             verdicts[label] = (True, "")
             continue
+        # What is wrong, never how many: a count, set beside the size of the set, is the answer.
         parts = []
         if wrong_in:
-            parts.append(f"names {wrong_in} check{'s' if wrong_in > 1 else ''} that do{'es' if wrong_in == 1 else ''} "
-                         "not catch it")
+            parts.append("names at least one check that does not catch it")
         if left_out:
-            parts.append(f"leaves out {left_out} that do{'es' if left_out == 1 else ''}")
+            parts.append("leaves out at least one that does")
         verdicts[label] = (False, "not what the checks do: your set " + " and ".join(parts) + ". Ask what each "
                                   "check shares with the builder, and which lengths and examples it runs")
     return verdicts
@@ -356,7 +401,7 @@ def _outcome(verdict) -> str:
         return verdict.value
     if verdict.raised:
         return TODO if "is not implemented yet" in verdict.message else REJECTED
-    if verdict.message.startswith("not run"):
+    if verdict.message.startswith(("not run", "not counted")):
         return "not run"
     if verdict.trouble is not None:
         return verdict.trouble.value              # "timeout" or "crashed"
@@ -501,5 +546,9 @@ def make_tests() -> list[Test]:
 
 EXERCISE = Exercise(name="mutants", chapter=11, functions=(PREDICT, CHECK), make_tests=make_tests,
                     title="Testing the tests of the program builder",
-                    libs=(Lib("ga2", hide=HIDDEN),), quiet=True, test_seconds=10.0, submission_seconds=300.0,
+                    libs=(Lib("ga2", hide=HIDDEN, parts=("requant",)),), quiet=True, test_seconds=10.0, submission_seconds=300.0,
                     proceed=_proceed, items=_items, report=_report)
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_truth_table()}")

@@ -35,7 +35,7 @@ def make_tests():
         test("one token, and no tokens (0 s)", 1, [(1, 7 * 10 ** 9, 312e12), (0, 7 * 10 ** 9, 312e12)]),
         test("25 random prompts, models and GPUs", 2, random_cases),
         test("non-round numbers", 1, [(1023, 6_738_415_616, 65.13e12), (3, 1_000_003, 1.5e9)]),
-        type_test(FN, "the result is a float", 1, (512, 7 * 10 ** 9, 125e12), "float"),
+        type_test(FN, "the result is a float", 1, (512, 7 * 10 ** 9, 125e12), "float", reference),
     ]
 
 

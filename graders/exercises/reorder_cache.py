@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import Fail, describe, unchanged
+from ..checks import Fail, describe, unchanged, with_right_answer
 from ..registry import Call, Exercise, Ref, Test
 
 FN = "reorder_cache"
@@ -110,14 +110,24 @@ def _shape(cache) -> str:
     return f"{len(cache)} layer{'s' if len(cache) > 1 else ''}, B = {B}, G = {G}, T = {T}, d = {d}"
 
 
-def _values_test(name, points, cases):
+def _values_test(name, points, cases, anchor=None):
+    """The new caches of ``cases`` against the reference.  ``anchor``: an ordinary case the test
+    also calls, for a test whose answer is its input (the identity): it counts only together with
+    the right answer there, so that returning the cache unchanged earns nothing."""
     expected = [reference(c, idx) for c, idx in cases]
+    calls = [Call(FN, c) for c in cases] + ([Call(FN, anchor)] if anchor else [])
 
     def check(results):
         for k, ((cache, idx), exp) in enumerate(zip(cases, expected)):
             label = f"case {k + 1} of {len(cases)} ({_shape(cache)}): " if len(cases) > 1 else ""
             _check_cache(results[k].value, cache, idx, exp, label)
-    return Test(name, points, [Call(FN, c) for c in cases], check, step="case")
+        if anchor:
+            try:
+                _check_cache(results[len(cases)].value, *anchor, reference(*anchor), "on an ordinary case, ")
+            except Fail as fail:
+                raise Fail(f"{fail} (this test counts only together with the right answer on an ordinary "
+                           "case)") from None
+    return Test(name, points, calls, check, step="case")
 
 
 def _unmodified(before: list, after, what: str = "the input cache") -> None:
@@ -143,8 +153,9 @@ def make_tests() -> list[Test]:
     tests.append(_values_test("a permutation of 4 beams (2 layers)", 2,
                               [(_cache(rng, 2, 4, 2, 5, 3), np.array([2, 0, 3, 1]))]))
     rng = np.random.default_rng(7102)
-    tests.append(_values_test("the identity: every beam keeps its own row", 1,
-                              [(_cache(rng, 2, 3, 1, 4, 2), np.array([0, 1, 2]))]))
+    identity = _cache(rng, 2, 3, 1, 4, 2)
+    tests.append(_values_test("the identity: every beam keeps its own row", 1, [(identity, np.array([0, 1, 2]))],
+                              anchor=(identity, np.array([2, 2, 0]))))
     rng = np.random.default_rng(7103)
     tests.append(_values_test("repeated parents: two beams continue beam 0, two continue beam 2", 2,
                               [(_cache(rng, 3, 4, 2, 6, 4), np.array([0, 0, 2, 2])),
@@ -176,7 +187,8 @@ def make_tests() -> list[Test]:
         _unmodified(cache, after[0])
         unchanged(idx, after[1], "beam_idx")
     tests.append(Test("the input cache (its list, dicts and arrays) and beam_idx are not modified", 2,
-                      [Call(FN, (kept, kept_idx), capture_args=True)], not_modified))
+                      [Call(FN, (kept, kept_idx), capture_args=True)],
+                      with_right_answer(not_modified, _values_test("", 0, [(kept, kept_idx)]).check)))
 
     # two reorders in a row equal one by the composed index: new2[i] = old[a[b[i]]]
     rng = np.random.default_rng(7110)
@@ -204,7 +216,8 @@ def make_tests() -> list[Test]:
                     raise Fail(f"layer {i}, {name!r} is {describe(got)}; expected shape "
                                "(len(beam_idx), G, T, d) = (2, 4, 6, 5)")
     tests.append(Test("returns a list of dicts {'k', 'v'} of shape (len(beam_idx), G, T, d)", 1,
-                      [Call(FN, (shaped, np.array([2, 0])))], structure))
+                      [Call(FN, (shaped, np.array([2, 0])))],
+                      with_right_answer(structure, _values_test("", 0, [(shaped, np.array([2, 0]))]).check)))
 
     rng = np.random.default_rng(7112)
     cases = []

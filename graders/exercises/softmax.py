@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..checks import Fail, as_array, check_array, describe, unchanged
+from ..checks import Fail, as_array, check_array, describe, unchanged, with_right_answer
 from ..registry import Call, Exercise, Test
 
 FN = "softmax"
@@ -77,7 +77,7 @@ def make_tests() -> list[Test]:
     def not_modified(results, scores=scores):
         unchanged(scores, results[0].originals_after[0], "the input scores")
     tests.append(Test("the input array is not modified", 1, [Call(FN, (scores,), capture_args=True)],
-                      not_modified))
+                      with_right_answer(not_modified, _values_test("", 0, [scores]).check)))
 
     rng = np.random.default_rng(2003)
     one_d, two_d = rng.standard_normal(6), rng.standard_normal((2, 7))
@@ -93,7 +93,8 @@ def make_tests() -> list[Test]:
             if value.dtype != np.float64:
                 raise Fail(f"for float64 scores the output has dtype {value.dtype}; expected float64")
     tests.append(Test("the output has the input's shape and dtype float64", 1,
-                      [Call(FN, (one_d,)), Call(FN, (two_d,))], shape_dtype, step="case"))
+                      [Call(FN, (one_d,)), Call(FN, (two_d,))],
+                      with_right_answer(shape_dtype, _values_test("", 0, [one_d, two_d]).check), step="case"))
 
     tests.append(_values_test("integer scores", 1, [np.array([1, 2, 3]), np.array([[0, 5], [-2, 2]])]))
 

@@ -19,7 +19,7 @@ import pytest
 from graders import Limits, registry
 from graders.checks import CallResult, Fail
 from graders.exercises import BlockAllocator as exercise
-from graders.grading import job_files
+from graders.job import job_files
 from graders.harness import _run_case, _run_methods, decode, encode
 from graders.registry import Call, Step
 from public_checks import evaluate
