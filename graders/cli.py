@@ -4,6 +4,7 @@
     python -m graders batch DIR --exercise NAME --out gradebook.csv [--jobs N] [--scheduler ADDRESS]
     python -m graders check SUBMISSION [--exercise NAME]
     python -m graders release --out _build/release
+    python -m graders autograder EXERCISE... --out DIR      (or --all)
     python -m graders list
 
 Exit status: ``grade`` 0 whenever a result was produced, whatever the score (and the result is
@@ -114,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", metavar="DIR", default="_build/release")
     r.add_argument("--root", metavar="DIR", default=None, help="the course checkout (default: this one)")
 
+    a = sub.add_parser("autograder", help="a Gradescope autograder zip per exercise (DIR/EXERCISE.zip)")
+    a.add_argument("exercises", metavar="EXERCISE", nargs="*", help="the exercises (see 'list')")
+    a.add_argument("--all", action="store_true", help="every exercise the grader knows")
+    a.add_argument("--out", metavar="DIR", required=True, help="the folder the zips are written to")
+
     sub.add_parser("list", help="the exercises the grader knows")
     return parser
 
@@ -125,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         usable, why = bwrap_status()
         if not usable:
             return _usage(f"--isolation bwrap: bubblewrap cannot be used here ({why})")
-    handler = {"grade": _grade, "batch": _batch, "check": _check, "release": _release, "list": _list}
+    handler = {"grade": _grade, "batch": _batch, "check": _check, "release": _release, "list": _list,
+               "autograder": _autograder}
     return handler[args.command](args)
 
 
@@ -263,6 +270,20 @@ def _release(args) -> int:
     try:
         report = make_release(Path(args.out), root=Path(args.root) if args.root else None)
     except ReleaseError as err:
+        return _usage(str(err))
+    for line in report:
+        print(line)
+    return 0
+
+
+def _autograder(args) -> int:
+    from .autograder import AutograderError, build_all
+    names = list(registry.names()) if args.all else args.exercises
+    if not names:
+        return _usage("autograder: name at least one EXERCISE, or --all")
+    try:
+        report = build_all(names, Path(args.out))
+    except AutograderError as err:
         return _usage(str(err))
     for line in report:
         print(line)
