@@ -39,7 +39,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["install_from", "install_all", "installed", "missing", "exercises_folder", "say_what_runs"]
+__all__ = ["install_from", "install_all", "installed", "missing", "exercises_folder", "say_what_runs", "rebind"]
 
 HERE = Path(__file__).resolve().parent
 #: The copy's (or the checkout's) top folder: the packages beside this one are the course's.
@@ -150,8 +150,81 @@ def _per_head(fn: Callable) -> Callable:
     return per_head
 
 
-#: Engine functions whose form is not the exercise's, by the module's last name and the function.
-ADAPTERS: dict[tuple[str, str], Callable[[Callable], Callable]] = {("gqa", "causal_attention"): _per_head}
+def _engine_allocator(cls: type) -> type:
+    """The paged cache's allocator from your class of the exercise: the engine reads counts as
+    properties (``num_free``, ``num_used``, ``num_shared``), hands blocks out in groups, tells its
+    prefix cache when a block is handed out again (``on_evict``); all of it from your
+    ``allocate``, ``fork``, ``free``, ``refcount`` and ``num_free``.  Taking a freed block back
+    with its contents (``revive``, the prefix cache's) is not part of the exercise: it says so."""
+
+    class EngineAllocator:
+        def __init__(self, num_blocks: int, on_evict=None):
+            self.mine = cls(num_blocks)
+            self.num_blocks = int(num_blocks)
+            self.on_evict = on_evict
+
+        @property
+        def num_free(self) -> int:
+            count = self.mine.num_free
+            return int(count() if callable(count) else count)
+
+        @property
+        def num_used(self) -> int:
+            return self.num_blocks - self.num_free
+
+        @property
+        def _refs(self) -> list[int]:
+            return [int(self.mine.refcount(b)) for b in range(self.num_blocks)]
+
+        @property
+        def num_shared(self) -> int:
+            return sum(n > 1 for n in self._refs)
+
+        def refcount(self, block) -> int:
+            return int(self.mine.refcount(block))
+
+        def is_free(self, block) -> bool:
+            return self.refcount(block) == 0
+
+        def allocate(self) -> int:
+            block = int(self.mine.allocate())
+            if self.on_evict is not None:
+                self.on_evict(block)
+            return block
+
+        def allocate_many(self, n: int) -> list[int]:
+            if n > self.num_free:
+                from kvcache.paged import OutOfBlocks
+                raise OutOfBlocks(n, self.num_free, "allocate_many")
+            return [self.allocate() for _ in range(n)]
+
+        def fork(self, block) -> int:
+            return int(self.mine.fork(block))
+
+        def free(self, block) -> None:
+            self.mine.free(block)
+
+        def free_blocks(self) -> list[int]:
+            return [b for b in range(self.num_blocks) if self.refcount(b) == 0]
+
+        def revive(self, block) -> int:
+            raise NotImplementedError("the engine's prefix cache takes freed blocks back (revive), which "
+                                      "the BlockAllocator exercise does not ask for: run this cell with the "
+                                      "prefix cache off")
+
+        def check(self) -> None:
+            refs = self._refs
+            assert all(n >= 0 for n in refs), "a negative reference count"
+            assert self.num_free == sum(n == 0 for n in refs), "num_free is not the count of free blocks"
+
+    EngineAllocator.__qualname__ = EngineAllocator.__name__ = f"EngineAllocator({cls.__name__})"
+    return EngineAllocator
+
+
+#: Engine functions whose form is not the exercise's, by the last name of the module that defines
+#: the starter and its name.
+ADAPTERS: dict[tuple[str, str], Callable[[Callable], Callable]] = {("gqa", "causal_attention"): _per_head,
+                                                                  ("paged", "BlockAllocator"): _engine_allocator}
 
 
 def _defaults_only(fn: Callable, starter: Callable) -> Callable | None:
@@ -180,7 +253,7 @@ def _defaults_only(fn: Callable, starter: Callable) -> Callable | None:
 
 def _adapt(fn, module, starter):
     """Yours, in the form the engine calls at that place (None when it cannot be)."""
-    key = (module.__name__.rsplit(".", 1)[-1], starter.__name__)
+    key = (starter.__module__.rsplit(".", 1)[-1], starter.__name__)
     if key in ADAPTERS:
         return ADAPTERS[key](fn)
     if inspect.isclass(starter):
@@ -248,7 +321,9 @@ def install_from(notebook: str | Path, quiet: bool = False) -> list[str]:
     done = []
     for name in wanted:
         fn = namespace.get(name)
-        places = [(module, attr, _adapt(fn, module, starter)) for module, attr, starter in _places(name)]
+        made: dict[int, object] = {}          # one adapted object per starter, whatever the places
+        places = [(module, attr, made.setdefault(id(starter), _adapt(fn, module, starter)))
+                  for module, attr, starter in _places(name)]
         for module, attr, adapted in places:
             if adapted is not None:
                 setattr(module, attr, adapted)
@@ -282,10 +357,28 @@ def missing(names) -> list[str]:
     return [name for name in names if _places(name)]
 
 
-def say_what_runs(names: dict[str, str]) -> list[str]:
+def rebind(namespace: dict) -> list[str]:
+    """Names of ``namespace`` (a notebook's globals) that hold a starter the engine has replaced
+    since they were imported get the replacement; the names rebound."""
+    rebound = []
+    for key, value in list(namespace.items()):
+        if not (inspect.isfunction(value) or inspect.isclass(value)) or key.startswith("_"):
+            continue
+        module = sys.modules.get(getattr(value, "__module__", "") or "")
+        current = getattr(module, getattr(value, "__name__", ""), value) if module else value
+        if current is not value and is_starter(value):
+            namespace[key] = current
+            rebound.append(key)
+    return rebound
+
+
+def say_what_runs(names: dict[str, str], namespace: dict | None = None) -> list[str]:
     """Install every answer written so far and say, in one sentence, what a chapter that calls
-    ``names`` ({function: its exercise}) runs on; the names still starters."""
+    ``names`` ({function: its exercise}) runs on; the names still starters.  ``namespace`` (the
+    notebook's ``globals()``) gets the installed ones in place of starters it imported before."""
     install_all()
+    if namespace is not None:
+        rebind(namespace)
     left = missing(list(names))
     if not names:
         return left

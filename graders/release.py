@@ -183,8 +183,8 @@ def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) 
     """Copy the course packages the exercises, the chapters and the public checks import, and
     what those import in turn (found, never listed: a module that moves to another package is
     followed there); ``answers``, which puts the learner's answers into the engines, always."""
-    packages = ["public_checks", "answers"]
-    queue = set(imports) | {"answers"}
+    packages = ["public_checks"] + (["answers"] if (root / "answers" / "__init__.py").exists() else [])
+    queue = set(imports) | set(packages)
     for src in (root / "public_checks").glob("*.py"):
         queue |= _imports(src.read_text(encoding="utf-8"))
     seen = set()
@@ -198,10 +198,12 @@ def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) 
         for src in (root / name).rglob("*.py"):
             if not SKIP_PARTS & set(src.parts):
                 queue |= _imports(src.read_text(encoding="utf-8"))
+    packages = packages[:2] + sorted(packages[2:]) if "answers" in packages else packages[:1] + sorted(packages[1:])
     for name in packages:
         _copy_tree(root / name, tmp / name)
         report += _strip_counterparts(tmp, name)
-        report += _strip_graded(tmp, name)
+        if name not in ("public_checks", "answers"):         # an engine: its answers become starters
+            report += _strip_graded(tmp, name)
     report.append(f"packages: {', '.join(packages)}")
     _write_pyproject(root, tmp, packages)
 
@@ -233,20 +235,26 @@ def learner_requirements(root: Path, tmp: Path) -> list[str]:
     """The lines of the course's ``requirements.txt`` (its tested pins, as they are) for what the
     copy imports, and for running its notebooks."""
     wanted = _third_party_imports(tmp) | set(TO_RUN_NOTEBOOKS)
+    if not (root / "requirements.txt").is_file():
+        return []
     lines = [line.strip() for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
     return [line for line in lines if _requirement_name(line) in wanted]
 
 
 def _package_data(root: Path, shipped: list[str]) -> dict[str, list[str]]:
-    """The course's ``[tool.setuptools.package-data]`` for the packages shipped."""
+    """The course's ``[tool.setuptools.package-data]`` for the packages shipped (the public checks'
+    expected values whatever it says)."""
+    table = {}
     try:
         import tomllib
-    except ModuleNotFoundError:          # Python 3.10: the data the course's packages carry
-        return {"public_checks": ["data/*.json"]}
-    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    table = data.get("tool", {}).get("setuptools", {}).get("package-data", {})
-    return {name: list(globs) for name, globs in table.items() if name in shipped}
+        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+        table = data.get("tool", {}).get("setuptools", {}).get("package-data", {})
+    except (ModuleNotFoundError, OSError):      # Python 3.10, or a course without one
+        pass
+    found = {name: list(globs) for name, globs in table.items() if name in shipped}
+    found.setdefault("public_checks", ["data/*.json"])
+    return found
 
 
 def _write_pyproject(root: Path, tmp: Path, packages: list[str]) -> None:
@@ -447,15 +455,101 @@ def _cell(cell_type: str, source: str, tags: tuple = ()) -> dict:
     return cell
 
 
+def _parse_cell(source: str):
+    try:
+        return ast.parse("\n".join("" if l.lstrip().startswith(("%", "!")) else l for l in source.splitlines()))
+    except SyntaxError:
+        return None
+
+
+def _bound_and_loaded(tree) -> tuple[set[str], set[str]]:
+    """(the names a cell binds, the names it reads)."""
+    bound, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, ast.Store) else loaded).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return bound, loaded
+
+
+def _drop_imports(source: str, tree, left_out: list[str]) -> tuple[str, set[str]]:
+    """The cell without its imports of left-out modules (``from ga2 import attn, rtl`` keeps
+    ``attn``); the names those imports would have bound."""
+    def gone(module: str) -> bool:
+        return any(module == m or module.startswith(m + ".") for m in left_out)
+    lines = source.splitlines()
+    edits, names = [], set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            keep = [a for a in node.names if not gone(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            keep = [] if gone(node.module) else [a for a in node.names if not gone(f"{node.module}.{a.name}")]
+        else:
+            continue
+        if len(keep) == len(node.names):
+            continue
+        names |= {(a.asname or a.name).split(".")[0] for a in node.names if a not in keep}
+        node.names = keep
+        edits.append((node.lineno, node.end_lineno, ast.unparse(node) if keep else ""))
+    for first, last, text in sorted(edits, reverse=True):
+        indent = lines[first - 1][: len(lines[first - 1]) - len(lines[first - 1].lstrip())]
+        lines[first - 1:last] = [indent + text] if text else []
+    return "\n".join(lines), names
+
+
+def _without_left_out(nb: dict, left_out: list[str], page: str) -> list[str]:
+    """Make a chapter run without the modules the release leaves out: their imports dropped, and
+    every code cell that uses one (or a name such a cell made) turned into a cell to read, after
+    a sentence that says why and where it runs.  Returns the modules it needed."""
+    unavailable: set[str] = set()
+    needed: set[str] = set()
+    cells = []
+    previous_raw = False
+    for cell in nb["cells"]:
+        if cell.get("cell_type") != "code":
+            cells.append(cell)
+            previous_raw = False
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else str(cell["source"])
+        tree = _parse_cell(source)
+        if tree is None:
+            cells.append(cell)
+            previous_raw = False
+            continue
+        source, dropped = _drop_imports(source, tree, left_out)
+        if dropped:
+            needed |= {m for m in left_out if m.rsplit(".", 1)[-1] in dropped or m.split(".")[0] in dropped}
+            unavailable |= dropped
+            cell["source"] = source
+            tree = _parse_cell(source) or tree
+        bound, loaded = _bound_and_loaded(tree)
+        if loaded & unavailable:
+            unavailable |= bound
+            if not previous_raw:
+                cells.append(_cell("markdown", (
+                    f"Your copy of the course leaves out {', '.join(f'`{m}`' for m in sorted(needed))}, "
+                    "which holds the answer of an exercise: the next code is here to read, not to run, and "
+                    f"the course site shows what it prints ({page}).")))
+            cells.append({"cell_type": "raw", "metadata": cell.get("metadata", {}), "source": source})
+            previous_raw = True
+        else:
+            cells.append(cell)
+            previous_raw = False
+    nb["cells"] = cells
+    return sorted(needed)
+
+
 def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]) -> set[str]:
     """The chapters as notebooks to run, at the place they have in the course (``book/chapters``,
     so that the links between them and the exercises resolve as they are), outputs cleared.
 
     A chapter that calls a graded function gets a cell, after its first one (which sets the
     machine up before numpy is imported), that installs the learner's answers written so far and
-    says in one sentence what the chapter runs on (``answers.say_what_runs``).  A chapter that
-    imports a module the release leaves out is shipped to read: its code cells as raw cells, and
-    a first sentence that says why and where it runs."""
+    says in one sentence what the chapter runs on (``answers.say_what_runs``).  The code of a
+    chapter that needs a module the release leaves out is shipped to read (``_without_left_out``)."""
     source_dir = root / "book" / "chapters"
     if not source_dir.is_dir():
         report.append("chapters: none (no book/chapters/)")
@@ -467,40 +561,25 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     to_read = []
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
-        sources = [src for _, src in _code_cells(nb)]
-        modules = set().union(*map(_imported_modules, sources)) if sources else set()
-        missing = sorted(m for m in left_out if any(x == m or x.startswith(m + ".") for x in modules))
         for cell, _ in _code_cells(nb):
             cell["outputs"], cell["execution_count"] = [], None
-        if missing:
+        if _without_left_out(nb, left_out, f"site/book/chapters/{path.stem}.html"):
             to_read.append(path.name)
-            exercises = sorted({p.exercise for p in counterparts() if p.module in missing})
-            for cell in nb["cells"]:
-                if cell.get("cell_type") == "code":
-                    cell["cell_type"] = "raw"
-                    cell.pop("outputs", None)
-                    cell.pop("execution_count", None)
-            page = f"site/book/chapters/{path.stem}.html"
-            nb["cells"].insert(0, _cell("markdown", (
-                f"This chapter runs {', '.join(f'`{m}`' for m in missing)}, which your copy of the course leaves "
-                f"out because it holds the answer of the exercise {', '.join(exercises)}: its code is here to "
-                f"read, not to run, and the course site shows what it prints ({page}).")))
-        else:
-            imports |= set().union(*map(_imports, sources)) if sources else set()
-            uses = {n: graded[n][0] for n in set().union(*map(_names_used, sources)) if n in graded} \
-                if sources else {}
-            if uses:
-                first = next((k for k, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"), -1)
-                nb["cells"].insert(first + 1, _cell("code", (
-                    "# Your answers from the exercises, in the engine this chapter runs\n"
-                    "import answers\n"
-                    f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))})")))
+        sources = [src for _, src in _code_cells(nb)]
+        imports |= set().union(*map(_imports, sources)) if sources else set()
+        uses = {n: graded[n][0] for n in set().union(*map(_names_used, sources)) if n in graded} if sources else {}
+        if uses:
+            first = next((k for k, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"), -1)
+            nb["cells"].insert(first + 1, _cell("code", (
+                "# Your answers from the exercises, in the engine this chapter runs\n"
+                "import answers\n"
+                f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))}, globals())")))
         (target / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for other in sorted(source_dir.iterdir()):          # figures and data the chapters read
         if other.suffix != ".ipynb" and other.name not in SKIP_PARTS and not other.name.startswith("."):
             (_copy_tree(other, target / other.name) if other.is_dir() else shutil.copy2(other, target / other.name))
     report.append(f"chapters: {len(list(target.glob('*.ipynb')))} notebooks in book/chapters"
-                  + (f" ({', '.join(to_read)} to read: it needs a module left out)" if to_read else ""))
+                  + (f" (cells of {', '.join(to_read)} to read: they need a module left out)" if to_read else ""))
     return imports
 
 
@@ -508,10 +587,25 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
 CLASS_COPY = 'COPY = "class"'
 
 
+def _handing_in(tmp: Path):
+    """The copy's own ``public_checks.handing_in`` (the course being released words it), or None."""
+    import importlib.util
+    path = tmp / "public_checks" / "handing_in.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("_release_handing_in", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _word_for_the_class(tmp: Path, report: list[str]) -> None:
     """Every sentence about grading worded for a class's copy: ``handing_in.COPY`` set to
     "class", and each exercise statement's sentence rewritten with ``handing_in.statement``."""
-    from public_checks import handing_in
+    handing_in = _handing_in(tmp)
+    if handing_in is None:
+        report.append("grading: no public_checks/handing_in.py, nothing to word for a class")
+        return
     module = tmp / "public_checks" / "handing_in.py"
     text = module.read_text(encoding="utf-8")
     if text.count('COPY = "repository"\n') != 1:
@@ -545,7 +639,7 @@ def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
     """The built site, in ``site/``, worded for a class (its notebooks as the copy's are)."""
     site = root / "_build" / "html"
     if not (site / "index.html").exists():
-        report.append("site: not built (no _build/html/index.html): run 'make book', then "
+        report.append("site: the site is not built (no _build/html/index.html): run 'make book', then "
                       "'make release' again to include it")
         (tmp / "BOOK-NOT-INCLUDED.txt").write_text(
             "The course site was not built when this release was made.\n"
@@ -555,14 +649,14 @@ def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
     def ignore(folder, names):
         return [n for n in names if n in NEVER or n in SKIP_PARTS or n.startswith("solutions")]
     shutil.copytree(site, tmp / "site", ignore=ignore)
-    from public_checks import handing_in
+    handing_in = _handing_in(tmp)
     names = _exercise_names(tmp)
-    for page in (tmp / "site").rglob("*.html"):
+    for page in (tmp / "site").rglob("*.html") if handing_in else ():
         text = page.read_text(encoding="utf-8", errors="replace")
         worded = word_page_for_the_class(text, names, handing_in)
         if worded != text:
             page.write_text(worded, encoding="utf-8")
-    for nb_path in (tmp / "site").rglob("*.ipynb"):              # the pages' download buttons
+    for nb_path in (tmp / "site").rglob("*.ipynb") if handing_in else ():   # the pages' downloads
         _word_notebook_file(nb_path, names, handing_in)
     count = sum(1 for _ in (tmp / "site").rglob("*.html"))
     report.append(f"site: the built site, {count} pages (open site/index.html)")
@@ -711,7 +805,9 @@ The chip you program then runs the requantizer you wrote: the `attention_tail` e
 
 
 def _write_readme(tmp: Path, report: list[str]) -> None:
-    from public_checks import handing_in
+    handing_in = _handing_in(tmp)
+    hand_in = handing_in.how_to_hand_in("class") if handing_in else (
+        "Each exercise notebook has public checks you run in place; hand in the notebook.")
     machine = MACHINE_README if (tmp / "ga2").is_dir() else ""
     site = "`site/index.html`" if (tmp / "site").exists() else "not included (see `BOOK-NOT-INCLUDED.txt`)"
     chapters = ("- The chapters, as notebooks you run: `book/chapters/*.ipynb`\n"
@@ -731,7 +827,7 @@ python3 -m venv .venv && .venv/bin/pip install -e .
 JupyterLab opens on this folder: the exercises are in `exercises/`, the chapters in
 `book/chapters/`, and the links between them open the notebook they name.
 
-{handing_in.how_to_hand_in("class")}
+{hand_in}
 
 The engine the chapters run (`kvcache`) calls the functions the exercises ask for, and in this
 copy those are starters: a chapter that calls one runs on your answer once you have written it.

@@ -27,19 +27,23 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
         assert all(c.get("outputs", []) == [] for c in nb["cells"] if c["cell_type"] == "code")
     assert (out / "public_checks" / "__init__.py").exists()
     if (ROOT / "_build" / "html" / "index.html").exists():
-        assert (out / "book" / "index.html").exists()
-        assert "book: the built site" in proc.stdout
+        assert (out / "site" / "index.html").exists()
+        assert "site: the built site" in proc.stdout
     else:
         assert "the site is not built" in proc.stdout and (out / "BOOK-NOT-INCLUDED.txt").exists()
     hidden = {p.read_bytes() for p in (ROOT / "graders" / "exercises").glob("*.py")}
     assert not any(p.is_file() and p.read_bytes() in hidden for p in out.rglob("*.py"))
     # no implementation of a graded function anywhere: Python files, notebook cells and outputs,
-    # the pages of the site; the engine is not shipped, and the checks come with their data
+    # the pages of the site; the engine the chapters run is shipped with every graded function a
+    # starter, and the checks come with their data
     leaks = find_leaks(out)
     assert not leaks, describe(leaks)
-    assert not (out / "kvcache").exists() and not (out / "coursebook").exists() and not (out / "tools").exists()
-    # public_checks, and ga2: the GA-2 exercises (attention_tail, mutants) run its machine and builder
-    assert "packages: public_checks, ga2\n" in proc.stdout + "\n"
+    assert (out / "kvcache" / "model.py").exists() and (out / "coursebook" / "__init__.py").exists()
+    assert not (out / "tools").exists() and not (out / "bench").exists() and not (out / "tests").exists()
+    # public_checks and answers, then what the exercises, the chapters and the checks import: ga2
+    # (the GA-2 exercises run its machine and builder), the engine and the chapters' helpers
+    assert "packages: public_checks, answers, coursebook, ga2, kvcache\n" in proc.stdout + "\n"
+    assert "kvcache.attention: attend_step, causal_attention, softmax made starters" in proc.stdout
     # the machine the GA-2 exercises program, without what implements their answers
     assert (out / "ga2" / "machine.py").exists() and not (out / "ga2" / "rtl").exists()
     assert not (out / "ga2" / "mutants.py").exists()
@@ -141,19 +145,29 @@ def test_the_released_checks_run_without_the_course(tmp_path):
 
 
 def test_an_answer_anywhere_in_the_copy_stops_the_release(tmp_path):
-    """An exercise that imports a package implementing a graded function (an engine), or a public
-    check that implements one, stops the release: nothing is written."""
+    """An engine a chapter or an exercise imports is shipped with each graded function it defines
+    (at the top of a module) turned into a starter that names its exercise; an implementation the
+    release cannot turn into one (inside another function), or a public check that implements
+    one, stops the release: nothing is written."""
     graded = sorted(graded_functions())[0]
     root = tmp_path / "course"
     nb = _fake_course(root)
     (root / "engine").mkdir()
-    (root / "engine" / "__init__.py").write_text(f"def {graded}(*args):\n    return 42\n")
+    (root / "engine" / "__init__.py").write_text(f"def helper():\n    def {graded}(*args):\n        return 42\n"
+                                                 f"    return {graded}\n")
     (root / "exercises" / "f.ipynb").write_text(nb("import engine\n\ndef f(x):\n    raise NotImplementedError\n",
                                                    ["answer"]))
     with pytest.raises(ReleaseError, match="implementation of a graded function") as err:
         make_release(tmp_path / "out", root=root)
-    assert f"engine/__init__.py: line 1: {graded}" in str(err.value)
+    assert f"engine/__init__.py: line 2: {graded}" in str(err.value)
     assert not (tmp_path / "out").exists()
+    (root / "engine" / "__init__.py").write_text(f"def {graded}(*args):\n    \"\"\"The engine's own.\"\"\"\n"
+                                                 "    return 42\n")
+    report = make_release(tmp_path / "out", root=root)
+    shipped = (tmp_path / "out" / "engine" / "__init__.py").read_text()
+    assert "return 42" not in shipped and "raise NotImplementedError(" in shipped
+    assert f"engine.{graded} is the exercise " in shipped and any(f"engine: {graded} made starters" in l for l in report)
+    shutil.rmtree(tmp_path / "out")
     (root / "exercises" / "f.ipynb").write_text(nb("def f(x):\n    raise NotImplementedError\n", ["answer"]))
     (root / "public_checks" / "f.py").write_text(f"def {graded}(x):\n    return x\n")
     with pytest.raises(ReleaseError, match="public_checks/f.py"):
