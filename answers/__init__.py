@@ -155,7 +155,9 @@ def _engine_allocator(cls: type) -> type:
     properties (``num_free``, ``num_used``, ``num_shared``), hands blocks out in groups, tells its
     prefix cache when a block is handed out again (``on_evict``); all of it from your
     ``allocate``, ``fork``, ``free``, ``refcount`` and ``num_free``.  Taking a freed block back
-    with its contents (``revive``, the prefix cache's) is not part of the exercise: it says so."""
+    with its contents (``revive``, the prefix cache's) is not part of the exercise: it says so.
+    Your ``OutOfBlocks`` (the exercise defines its own) becomes the engine's, which the engine and
+    the chapters catch."""
 
     class EngineAllocator:
         def __init__(self, num_blocks: int, on_evict=None):
@@ -187,7 +189,13 @@ def _engine_allocator(cls: type) -> type:
             return self.refcount(block) == 0
 
         def allocate(self) -> int:
-            block = int(self.mine.allocate())
+            try:
+                block = int(self.mine.allocate())
+            except Exception as err:
+                if type(err).__name__ != "OutOfBlocks":
+                    raise
+                from kvcache.paged import OutOfBlocks     # the engine's, which its callers catch
+                raise OutOfBlocks(1, 0, "allocate") from err
             if self.on_evict is not None:
                 self.on_evict(block)
             return block

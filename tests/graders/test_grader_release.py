@@ -298,3 +298,136 @@ def _strip_with(release, strip, parts, tmp, package):
         return strip(tmp, package)
     finally:
         release.counterparts = real
+
+
+# ------------------------------------------------------------- the copy for a class, as a whole
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    out = tmp_path_factory.mktemp("copy") / "release"
+    report = make_release(out, root=ROOT)
+    return out, report
+
+
+def test_every_sentence_about_grading_is_the_class_copys(release):
+    """The statements, the public checks' last line and the README say: run the public checks
+    here, hand in the notebook; nothing a learner reads names the grader, which the copy lacks."""
+    out, _ = release
+    for path in (out / "exercises").glob("*.ipynb"):
+        text = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        assert "once you hand it in: run the public checks here, then hand in this notebook" in text, path.name
+        assert "python -m graders" not in text, path.name
+    for path in list(out.rglob("*.ipynb")) + list(out.rglob("*.md")):
+        assert "-m graders" not in path.read_text(), path
+    readme = (out / "README.md").read_text()
+    assert "Run the public checks here; hand in the notebook" in readme
+    assert 'COPY = "class"' in (out / "public_checks" / "handing_in.py").read_text()
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
+        sys.path.insert(0, {str(out)!r})
+        from public_checks import run_checks
+        run_checks("time_per_token", lambda n, b, bw: n * b / bw)
+    """)
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120, cwd=out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == \
+        "time_per_token: public tests passed; hidden tests run at grading: hand in this notebook."
+
+
+def test_the_chapters_come_as_notebooks_that_install_the_learners_answers(release):
+    out, report = release
+    chapters = sorted(p.name for p in (ROOT / "book" / "chapters").glob("*.ipynb"))
+    assert sorted(p.name for p in (out / "book" / "chapters").glob("*.ipynb")) == chapters
+    first = json.loads((out / "book" / "chapters" / "01_attention_by_hand.ipynb").read_text())
+    code = [c for c in first["cells"] if c["cell_type"] == "code"]
+    assert all(c["outputs"] == [] for c in code)
+    assert "".join(code[1]["source"]).endswith(
+        'answers.say_what_runs({"causal_attention": "causal_attention", "softmax": "softmax"}, globals())')
+    # the circuit (chapter 10) and the mutants (chapter 11) are left out: their cells are to read
+    tenth = json.loads((out / "book" / "chapters" / "10_decode_on_ga2.ipynb").read_text())
+    raw = [c for c in tenth["cells"] if c["cell_type"] == "raw"]
+    assert raw and all("rtl." in "".join(c["source"]) or "simulator" in "".join(c["source"]) for c in raw)
+    assert not any("rtl" in "".join(c["source"]) for c in tenth["cells"] if c["cell_type"] == "code"
+                   and "import" in "".join(c["source"]) and "rtl" in "".join(c["source"]).split("import")[1])
+    assert any("leaves out `ga2.rtl`" in "".join(c["source"]) for c in tenth["cells"] if c["cell_type"] == "markdown")
+    assert any("cells of 10_decode_on_ga2.ipynb, 11_testing_the_tests.ipynb to read" in line for line in report)
+
+
+def test_the_learners_answers_run_in_the_copys_engine(release, tmp_path):
+    """answers.install_from puts a learner's functions where the engine has starters: the
+    exercise's form where the engine's is the same, gqa's grouped causal attention one head at a
+    time, the paged cache's allocator through its own interface; values checked against numbers
+    worked out by hand."""
+    out, _ = release
+    answers_dir = tmp_path / "mine"
+    answers_dir.mkdir()
+    for name in ("softmax", "causal_attention", "BlockAllocator"):
+        shutil.copy(ROOT / "solutions" / f"{name}.ipynb", answers_dir / f"{name}.ipynb")
+    code = textwrap.dedent(f"""
+        import json, sys
+        sys.path = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
+        sys.path.insert(0, {str(out)!r})
+        import numpy as np
+        import answers
+        from kvcache import attention, gqa, paged
+        report = {{"missing": answers.missing(["softmax", "causal_attention", "BlockAllocator"])}}
+        try:
+            attention.softmax(np.zeros(2))
+        except NotImplementedError as err:
+            report["starter"] = str(err)
+        report["installed"] = sorted(answers.install_all({str(answers_dir)!r}))
+        report["softmax"] = attention.softmax(np.array([0.0, np.log(3.0)]), axis=-1).tolist()
+        q = np.zeros((2, 4, 1)); k = np.zeros((2, 2, 1))
+        v = np.array([[[1.0], [10.0]], [[3.0], [30.0]]])                    # (T=2, G=2, d=1)
+        report["gqa"] = gqa.causal_attention(q, k, v)[:, :, 0].tolist()   # heads 0, 1 -> group 0
+        alloc = paged.BlockAllocator(2)
+        a = alloc.allocate(); alloc.fork(a)
+        report["alloc"] = [alloc.num_free, alloc.num_shared, alloc.refcount(a)]
+        alloc.allocate()
+        try:
+            alloc.allocate()
+        except paged.OutOfBlocks:
+            report["out_of_blocks"] = "the engine's"
+        report["missing_after"] = answers.missing(["softmax", "causal_attention", "BlockAllocator"])
+        print(json.dumps(report))
+    """)
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["missing"] == ["softmax", "causal_attention", "BlockAllocator"]
+    assert "kvcache.attention.softmax is the exercise softmax of chapter 1" in report["starter"]
+    assert 'answers.install_from("softmax.ipynb")' in report["starter"]
+    assert report["installed"] == ["BlockAllocator", "causal_attention", "softmax"]
+    assert report["softmax"] == pytest.approx([0.25, 0.75])
+    # query 0 sees key 0 only; query 1 weighs keys 0 and 1 equally (all scores 0)
+    assert sum(report["gqa"], []) == pytest.approx([1, 1, 10, 10, 2, 2, 20, 20])
+    assert report["alloc"] == [1, 1, 2] and report["out_of_blocks"] == "the engine's"
+    assert report["missing_after"] == []
+
+
+def test_a_page_of_the_site_is_worded_for_the_class():
+    from graders.release import word_page_for_the_class
+    from public_checks import handing_in
+    page = ('<main><p>Grading.</p><div class="grading-in-this-copy docutils container">\n<p>From the course\'s '
+            'folder</p><div class="highlight-console"><div class="highlight"><pre>$ python -m graders grade x'
+            '</pre></div></div><p>as often</p></div><p>After.</p>'
+            '<p>Your answer is graded by hidden tests: <code class="docutils literal notranslate"><span class="pre">'
+            'python</span> <span class="pre">-m</span> <span class="pre">graders</span> <span class="pre">grade</span> '
+            '<span class="pre">exercises/softmax.ipynb</span></code>.</p></main>')
+    worded = word_page_for_the_class(page, ["softmax"], handing_in)
+    assert "graders" not in worded and "<p>Grading.</p>" in worded and "<p>After.</p>" in worded
+    assert "Run the public checks here; hand in the notebook" in worded
+    assert "once you hand it in: run the public checks here, then hand in this notebook." in worded
+
+
+def test_a_link_that_leaves_the_copy_stops_the_release(tmp_path):
+    root = tmp_path / "course"
+    nb = _fake_course(root)
+    text = json.loads(nb("def f(x):\n    raise NotImplementedError\n", ["answer"]))
+    text["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "See [the grader](../graders/README.md)."})
+    (root / "exercises" / "f.ipynb").write_text(json.dumps(text))
+    with pytest.raises(ReleaseError, match=r"exercises/f.ipynb links to ../graders/README.md, which is not in the copy"):
+        make_release(tmp_path / "out", root=root)
+    assert not (tmp_path / "out").exists()
