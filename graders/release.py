@@ -656,8 +656,14 @@ def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
         worded = word_page_for_the_class(text, names, handing_in)
         if worded != text:
             page.write_text(worded, encoding="utf-8")
-    for nb_path in (tmp / "site").rglob("*.ipynb") if handing_in else ():   # the pages' downloads
-        _word_notebook_file(nb_path, names, handing_in)
+    for source in sorted((tmp / "site").rglob("*")) if handing_in else ():   # the pages' downloads
+        if source.name.endswith((".ipynb", ".ipynb.txt")):
+            _word_notebook_file(source, names, handing_in)
+        elif source.name.endswith((".md", ".md.txt")):
+            text = source.read_text(encoding="utf-8")
+            worded = word_markdown_for_the_class(text, handing_in)
+            if worded != text:
+                source.write_text(worded, encoding="utf-8")
     count = sum(1 for _ in (tmp / "site").rglob("*.html"))
     report.append(f"site: the built site, {count} pages (open site/index.html)")
 
@@ -717,6 +723,14 @@ def _replace_block(page: str, css_class: str, replacement: str) -> str:
             depth += -1 if tag.group().startswith("</") else 1
             pos = tag.end()
         page = page[:match.start()] + replacement + page[pos:]
+
+
+def word_markdown_for_the_class(text: str, handing_in) -> str:
+    """A Markdown source (the front page's, as the site offers it for download) worded for a
+    class: its ``{container} grading-in-this-copy`` block becomes the class's paragraph."""
+    block = re.compile(r"^(:{3,})\{container\}\s*" + re.escape(REPOSITORY_BLOCK) + r"[^\n]*\n.*?^\1[ \t]*$",
+                       re.S | re.M)
+    return block.sub(lambda m: handing_in.how_to_hand_in("class"), text)
 
 
 def word_page_for_the_class(page: str, names: list[str], handing_in) -> str:

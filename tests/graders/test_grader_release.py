@@ -431,3 +431,48 @@ def test_a_link_that_leaves_the_copy_stops_the_release(tmp_path):
     with pytest.raises(ReleaseError, match=r"exercises/f.ipynb links to ../graders/README.md, which is not in the copy"):
         make_release(tmp_path / "out", root=root)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_built_site_goes_to_site_worded_for_the_class(tmp_path):
+    """A built site is copied to site/: its front page's repository block, its exercise pages'
+    sentence and the sources it offers for download are the class's; a page still naming the
+    grader stops the release."""
+    root = tmp_path / "course"
+    nb = _fake_course(root)
+    shutil.copy(ROOT / "public_checks" / "handing_in.py", root / "public_checks" / "handing_in.py")
+    from public_checks import handing_in
+    statement = handing_in.statement("f", "repository")
+    exercise = json.loads(nb("def f(x):\n    raise NotImplementedError\n", ["answer"]))
+    exercise["cells"].insert(0, {"cell_type": "markdown", "metadata": {}, "source": f"Write f.\n\n{statement}"})
+    (root / "exercises" / "f.ipynb").write_text(json.dumps(exercise))
+    site = root / "_build" / "html"
+    (site / "_sources" / "book").mkdir(parents=True)
+    (site / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=book/intro.html" />')
+    block = ":::{container} grading-in-this-copy\nFrom the course's folder:\n\n```console\n" \
+            "$ .venv/bin/python -m graders grade exercises/f.ipynb\n```\n:::\n"
+    (site / "_sources" / "book" / "intro.md").write_text(f"# Intro\n\n{block}\nThe end.\n")
+    (site / "book").mkdir()
+    (site / "book" / "intro.html").write_text(
+        '<p>Intro.</p><div class="grading-in-this-copy docutils container"><p>From the course\'s folder:</p>'
+        '<div class="highlight"><pre>$ .venv/bin/python -m graders grade exercises/f.ipynb</pre></div></div>'
+        '<p>The end.</p>')
+    (site / "exercises").mkdir()
+    (site / "exercises" / "f.html").write_text(
+        '<p>Your answer is graded by hidden tests: <code class="docutils literal notranslate"><span class="pre">'
+        'python -m graders grade exercises/f.ipynb</span></code>.</p>')
+    shutil.copy(root / "exercises" / "f.ipynb", site / "_sources" / "f.ipynb")
+    report = make_release(tmp_path / "out", root=root)
+    out = tmp_path / "out"
+    assert any("site: the built site, 3 pages" in line for line in report)
+    front = (out / "site" / "book" / "intro.html").read_text()
+    assert front.startswith("<p>Intro.</p><p>Each exercise notebook") and front.endswith("<p>The end.</p>")
+    assert "hand in this notebook." in (out / "site" / "exercises" / "f.html").read_text()
+    source = (out / "site" / "_sources" / "book" / "intro.md").read_text()
+    assert source == f"# Intro\n\n{handing_in.how_to_hand_in('class')}\n\nThe end.\n"
+    assert handing_in.statement("f", "class") in (out / "site" / "_sources" / "f.ipynb").read_text()
+    read = [p for p in out.rglob("*") if p.suffix in (".html", ".md", ".ipynb", ".txt")]
+    assert len(read) == 8 and not [p for p in read if "-m graders" in p.read_text()]
+    # a page the release cannot reword stops it, naming the page
+    (site / "book" / "other.html").write_text("<p>Run <code>python -m graders grade</code>.</p>")
+    with pytest.raises(ReleaseError, match=r"site/book/other.html: line 1 tells the learner to run"):
+        make_release(tmp_path / "out", root=root)
