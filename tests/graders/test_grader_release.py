@@ -280,8 +280,11 @@ def test_the_release_check_refuses_a_counterpart_left_in(tmp_path, monkeypatch):
     from graders.answer_leaks import counterparts
     strip = release._strip_counterparts
     monkeypatch.setattr(release, "_strip_counterparts", lambda tmp, package: [])
+    graded = release._strip_graded               # (which makes the engines' graded bodies starters too)
+    monkeypatch.setattr(release, "_strip_graded", lambda tmp, package: [])
     with pytest.raises(ReleaseError, match=r"ga2\.(attn:attention_tail|quant:requant), the implementation of"):
         make_release(tmp_path / "out", root=ROOT)
+    monkeypatch.setattr(release, "_strip_graded", graded)
     functions_only = tuple(c for c in counterparts() if c.qualname)
     monkeypatch.setattr(release, "_strip_counterparts",
                         lambda tmp, package: _strip_with(release, strip, functions_only, tmp, package))
