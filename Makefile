@@ -13,7 +13,7 @@ PORT   ?= 8000
 export PYTHONHASHSEED := 0
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: help venv test-deps system-deps vendor book serve lab test test-fast bench release clean
+.PHONY: help venv test-deps system-deps vendor book serve lab test test-fast bench release autograder clean
 
 help:
 	@echo "make book     build the course site into _build/html (creates $(VENV) on first use)"
@@ -22,6 +22,7 @@ help:
 	@echo "make lab      open JupyterLab on the exercises"
 	@echo "make bench    benchmarks (simulator, grader), printing measured ratios"
 	@echo "make release  a learner's copy of the course in _build/release"
+	@echo "make autograder  a Gradescope autograder zip per exercise in _build/autograder"
 
 venv: $(STAMP)
 
@@ -91,6 +92,12 @@ bench: venv test-deps
 release: venv
 	$(PY) -m graders release --out _build/release
 	@echo "The learner's copy: $(CURDIR)/_build/release"
+
+# One Gradescope autograder per exercise: _build/autograder/EXERCISE.zip (setup.sh, run_autograder,
+# the grader and that exercise's hidden tests only).
+autograder: venv
+	$(PY) -m graders autograder --all --out _build/autograder
+	@echo "Gradescope autograders: $(CURDIR)/_build/autograder/*.zip"
 
 clean:
 	rm -rf _build book/_static/vendor .pytest_cache .hypothesis

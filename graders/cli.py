@@ -5,6 +5,7 @@
                             [--wait-for-workers S]]
     python -m graders check SUBMISSION [--exercise NAME]
     python -m graders release --out _build/release
+    python -m graders autograder EXERCISE... --out DIR      (or --all)
     python -m graders list
 
 Exit status: ``grade`` 0 whenever a result was produced, whatever the score (and the result is
@@ -131,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the folder to write the learner's copy to (default _build/release)")
     r.add_argument("--root", metavar="DIR", default=None, help="the course checkout (default: this one)")
 
+    a = sub.add_parser("autograder", help="a Gradescope autograder zip per exercise (DIR/EXERCISE.zip)")
+    a.add_argument("exercises", metavar="EXERCISE", nargs="*", help="the exercises (see 'list')")
+    a.add_argument("--all", action="store_true", help="every exercise the grader knows")
+    a.add_argument("--out", metavar="DIR", required=True, help="the folder the zips are written to")
+
     sub.add_parser("list", help="the exercises the grader knows")
     return parser
 
@@ -148,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             Sandbox(args.isolation)
         except SandboxUnavailable as err:
             return _usage(str(err))
-    handler = {"grade": _grade, "batch": _batch, "check": _check, "release": _release, "list": _list}
+    handler = {"grade": _grade, "batch": _batch, "check": _check, "release": _release, "list": _list,
+               "autograder": _autograder}
     return handler[args.command](args)
 
 
@@ -292,6 +299,20 @@ def _release(args) -> int:
     try:
         report = make_release(Path(args.out), root=Path(args.root) if args.root else None)
     except ReleaseError as err:
+        return _usage(str(err))
+    for line in report:
+        print(line)
+    return 0
+
+
+def _autograder(args) -> int:
+    from .autograder import AutograderError, build_all
+    names = list(registry.names()) if args.all else args.exercises
+    if not names:
+        return _usage("autograder: name at least one EXERCISE, or --all")
+    try:
+        report = build_all(names, Path(args.out))
+    except AutograderError as err:
         return _usage(str(err))
     for line in report:
         print(line)

@@ -35,6 +35,7 @@ import ast
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import textwrap
@@ -114,10 +115,15 @@ def make_release(out: Path, root: Path | None = None) -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         needed = _copy_exercises(root, tmp, report)
+        left_out = _left_out_modules()
+        needed |= _copy_chapters(root, tmp, report, left_out)
         _copy_packages(root, tmp, needed, report)
+        _word_for_the_class(tmp, report)
         _copy_book(root, tmp, report)
         _write_readme(tmp, report)
         _verify(root, tmp)
+        _verify_wording(tmp)
+        _verify_links(tmp)
         _write_manifest(tmp)
         if out.exists():
             old = out.with_name(f".{out.name}.old")
@@ -174,8 +180,11 @@ def _copy_exercises(root: Path, tmp: Path, report: list[str]) -> set[str]:
 
 
 def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) -> None:
-    packages = ["public_checks"]
-    queue = set(imports)
+    """Copy the course packages the exercises, the chapters and the public checks import, and
+    what those import in turn (found, never listed: a module that moves to another package is
+    followed there); ``answers``, which puts the learner's answers into the engines, always."""
+    packages = ["public_checks"] + (["answers"] if (root / "answers" / "__init__.py").exists() else [])
+    queue = set(imports) | set(packages)
     for src in (root / "public_checks").glob("*.py"):
         queue |= _imports(src.read_text(encoding="utf-8"))
     seen = set()
@@ -186,20 +195,82 @@ def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) 
         seen.add(name)
         if name not in packages:
             packages.append(name)
-        for src in (root / name).glob("*.py"):
-            queue |= _imports(src.read_text(encoding="utf-8"))
+        for src in (root / name).rglob("*.py"):
+            if not SKIP_PARTS & set(src.parts):
+                queue |= _imports(src.read_text(encoding="utf-8"))
+    packages = packages[:2] + sorted(packages[2:]) if "answers" in packages else packages[:1] + sorted(packages[1:])
     for name in packages:
         _copy_tree(root / name, tmp / name)
         report += _strip_counterparts(tmp, name)
+        if name not in ("public_checks", "answers"):         # an engine: its answers become starters
+            report += _strip_graded(tmp, name)
     report.append(f"packages: {', '.join(packages)}")
+    _write_pyproject(root, tmp, packages)
+
+
+def _third_party_imports(tmp: Path) -> set[str]:
+    """Top-level names imported anywhere in the copy (its Python files and notebooks' code)."""
+    names = set()
+    for path in tmp.rglob("*.py"):
+        names |= _imports(path.read_text(encoding="utf-8"))
+    for path in tmp.rglob("*.ipynb"):
+        try:
+            nb = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            continue
+        for _, src in _code_cells(nb):
+            names |= _imports(src)
+    return {n.lower().replace("-", "_") for n in names}
+
+
+def _requirement_name(line: str) -> str:
+    return re.split(r"[<>=!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("-", "_")
+
+
+#: What running the notebooks needs whatever they import: JupyterLab and its Python kernel.
+TO_RUN_NOTEBOOKS = ("jupyterlab", "ipykernel")
+
+
+def learner_requirements(root: Path, tmp: Path) -> list[str]:
+    """The lines of the course's ``requirements.txt`` (its tested pins, as they are) for what the
+    copy imports, and for running its notebooks."""
+    wanted = _third_party_imports(tmp) | set(TO_RUN_NOTEBOOKS)
+    if not (root / "requirements.txt").is_file():
+        return []
+    lines = [line.strip() for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    return [line for line in lines if _requirement_name(line) in wanted]
+
+
+def _package_data(root: Path, shipped: list[str]) -> dict[str, list[str]]:
+    """The course's ``[tool.setuptools.package-data]`` for the packages shipped (the public checks'
+    expected values whatever it says)."""
+    table = {}
+    try:
+        import tomllib
+        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+        table = data.get("tool", {}).get("setuptools", {}).get("package-data", {})
+    except (ModuleNotFoundError, OSError):      # Python 3.10, or a course without one
+        pass
+    found = {name: list(globs) for name, globs in table.items() if name in shipped}
+    found.setdefault("public_checks", ["data/*.json"])
+    return found
+
+
+def _write_pyproject(root: Path, tmp: Path, packages: list[str]) -> None:
     shipped = sorted(str(init.parent.relative_to(tmp)).replace(os.sep, ".")
-                     for name in packages for init in (tmp / name).rglob("__init__.py"))
+                     for name in packages for init in (tmp / name).rglob("__init__.py")
+                     if not SKIP_PARTS & set(init.parts))
+    data = _package_data(root, shipped)
+    dependencies = learner_requirements(root, tmp)
     (tmp / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "kv-cache-course-learner"\nversion = "0.1.0"\nrequires-python = ">=3.10"\n'
-        'dependencies = ["numpy>=1.26", "matplotlib>=3.8", "jupyterlab>=4.2", "ipywidgets>=8.1"]\n\n'
+        f'dependencies = {json.dumps(dependencies)}\n\n'
         f'[tool.setuptools]\npackages = {json.dumps(shipped)}\n\n'
-        '[tool.setuptools.package-data]\npublic_checks = ["data/*.json"]\n', encoding="utf-8")
+        '[tool.setuptools.package-data]\n'
+        + "".join(f'{json.dumps(name) if "." in name else name} = {json.dumps(globs)}\n'
+                  for name, globs in sorted(data.items())), encoding="utf-8")
 
 
 def _module_path(tmp: Path, module: str) -> Path | None:
@@ -287,10 +358,288 @@ def _strip_counterparts(tmp: Path, package: str) -> list[str]:
     return lines
 
 
+def _graded_exercises() -> dict[str, tuple[str, int]]:
+    """{graded name: (its exercise, the exercise's chapter)} from the registry."""
+    from . import registry
+    return {fn: (name, registry.get(name).chapter) for name in registry.names() for fn in registry.get(name).functions}
+
+
+def _graded_definitions(tree: ast.Module, graded: set[str]) -> list[str]:
+    """The qualnames of the functions to turn into starters in a module: every top-level function
+    named as a graded function, and every method of a top-level class named as a graded class,
+    unless it is a starter already."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in graded and not is_starter(node):
+            found.append(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name in graded:
+            found += [f"{node.name}.{m.name}" for m in node.body
+                      if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and not is_starter(m)]
+    return found
+
+
+ANSWERS_HINT = ("; answers.install_from(\"{exercise}.ipynb\") then puts yours in its place (every chapter of "
+                "this copy runs answers.install_all() first)")
+
+
+def _strip_graded(tmp: Path, package: str) -> list[str]:
+    """Every implementation of a graded function or class left in a shipped package (the engine's
+    own: ``kvcache.attention.softmax``) becomes a starter that names its exercise and how the
+    learner's answer goes in its place (``answers``)."""
+    graded = _graded_exercises()
+    lines = []
+    for path in sorted((tmp / package).rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        qualnames = _graded_definitions(tree, set(graded))
+        if not qualnames:
+            continue
+        module = ".".join(path.relative_to(tmp).with_suffix("").parts)
+        module = module[: -len(".__init__")] if module.endswith(".__init__") else module
+        for qualname in qualnames:
+            exercise, chapter = graded[qualname.split(".")[0]]
+            part = Counterpart(exercise, chapter, module, qualname)
+            source = starter_source(source, part, ANSWERS_HINT.format(exercise=exercise))
+        path.write_text(source, encoding="utf-8")
+        names = sorted({q.split(".")[0] for q in qualnames})
+        lines.append(f"  {module}: {', '.join(names)} made starters (the exercises "
+                     f"{', '.join(sorted({graded[n][0] for n in names}))})")
+    return lines
+
+
+def _left_out_modules() -> list[str]:
+    """The modules the release leaves out (an exercise's module counterparts: ``ga2.rtl``)."""
+    return sorted(part.module for part in counterparts() if not part.qualname)
+
+
+def _imported_modules(source: str) -> set[str]:
+    """Every dotted module a cell imports (``from ga2 import mutants`` counts ``ga2.mutants``)."""
+    try:
+        tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def _names_used(source: str) -> set[str]:
+    """The names a cell uses as values (names, imported names, methods called), not module paths."""
+    try:
+        tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        return set()
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.ImportFrom):
+            used.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            used.add(node.func.attr)
+    return used
+
+
+def _cell(cell_type: str, source: str, tags: tuple = ()) -> dict:
+    cell = {"cell_type": cell_type, "metadata": {"tags": list(tags)} if tags else {}, "source": source}
+    if cell_type == "code":
+        cell.update(outputs=[], execution_count=None)
+    return cell
+
+
+def _parse_cell(source: str):
+    try:
+        return ast.parse("\n".join("" if l.lstrip().startswith(("%", "!")) else l for l in source.splitlines()))
+    except SyntaxError:
+        return None
+
+
+def _bound_and_loaded(tree) -> tuple[set[str], set[str]]:
+    """(the names a cell binds, the names it reads)."""
+    bound, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, ast.Store) else loaded).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return bound, loaded
+
+
+def _drop_imports(source: str, tree, left_out: list[str]) -> tuple[str, set[str]]:
+    """The cell without its imports of left-out modules (``from ga2 import attn, rtl`` keeps
+    ``attn``); the names those imports would have bound."""
+    def gone(module: str) -> bool:
+        return any(module == m or module.startswith(m + ".") for m in left_out)
+    lines = source.splitlines()
+    edits, names = [], set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            keep = [a for a in node.names if not gone(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            keep = [] if gone(node.module) else [a for a in node.names if not gone(f"{node.module}.{a.name}")]
+        else:
+            continue
+        if len(keep) == len(node.names):
+            continue
+        names |= {(a.asname or a.name).split(".")[0] for a in node.names if a not in keep}
+        node.names = keep
+        edits.append((node.lineno, node.end_lineno, ast.unparse(node) if keep else ""))
+    for first, last, text in sorted(edits, reverse=True):
+        indent = lines[first - 1][: len(lines[first - 1]) - len(lines[first - 1].lstrip())]
+        lines[first - 1:last] = [indent + text] if text else []
+    return "\n".join(lines), names
+
+
+def _without_left_out(nb: dict, left_out: list[str], page: str) -> list[str]:
+    """Make a chapter run without the modules the release leaves out: their imports dropped, and
+    every code cell that uses one (or a name such a cell made) turned into a cell to read, after
+    a sentence that says why and where it runs.  Returns the modules it needed."""
+    unavailable: set[str] = set()
+    needed: set[str] = set()
+    cells = []
+    previous_raw = False
+    for cell in nb["cells"]:
+        if cell.get("cell_type") != "code":
+            cells.append(cell)
+            previous_raw = False
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else str(cell["source"])
+        tree = _parse_cell(source)
+        if tree is None:
+            cells.append(cell)
+            previous_raw = False
+            continue
+        source, dropped = _drop_imports(source, tree, left_out)
+        if dropped:
+            needed |= {m for m in left_out if m.rsplit(".", 1)[-1] in dropped or m.split(".")[0] in dropped}
+            unavailable |= dropped
+            cell["source"] = source
+            tree = _parse_cell(source) or tree
+        bound, loaded = _bound_and_loaded(tree)
+        if loaded & unavailable:
+            unavailable |= bound
+            if not previous_raw:
+                cells.append(_cell("markdown", (
+                    f"Your copy of the course leaves out {', '.join(f'`{m}`' for m in sorted(needed))}, "
+                    "which holds the answer of an exercise: the next code is here to read, not to run, and "
+                    f"the course site shows what it prints ({page}).")))
+            cells.append({"cell_type": "raw", "metadata": cell.get("metadata", {}), "source": source})
+            previous_raw = True
+        else:
+            cells.append(cell)
+            previous_raw = False
+    nb["cells"] = cells
+    return sorted(needed)
+
+
+def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]) -> set[str]:
+    """The chapters as notebooks to run, at the place they have in the course (``book/chapters``,
+    so that the links between them and the exercises resolve as they are), outputs cleared.
+
+    A chapter that calls a graded function gets a cell, after its first one (which sets the
+    machine up before numpy is imported), that installs the learner's answers written so far and
+    says in one sentence what the chapter runs on (``answers.say_what_runs``).  The code of a
+    chapter that needs a module the release leaves out is shipped to read (``_without_left_out``)."""
+    source_dir = root / "book" / "chapters"
+    if not source_dir.is_dir():
+        report.append("chapters: none (no book/chapters/)")
+        return set()
+    target = tmp / "book" / "chapters"
+    target.mkdir(parents=True)
+    graded = _graded_exercises()
+    imports: set[str] = set()
+    to_read = []
+    for path in sorted(source_dir.glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for cell, _ in _code_cells(nb):
+            cell["outputs"], cell["execution_count"] = [], None
+        if _without_left_out(nb, left_out, f"site/book/chapters/{path.stem}.html"):
+            to_read.append(path.name)
+        sources = [src for _, src in _code_cells(nb)]
+        imports |= set().union(*map(_imports, sources)) if sources else set()
+        uses = {n: graded[n][0] for n in set().union(*map(_names_used, sources)) if n in graded} if sources else {}
+        if uses:
+            first = next((k for k, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"), -1)
+            nb["cells"].insert(first + 1, _cell("code", (
+                "# Your answers from the exercises, in the engine this chapter runs\n"
+                "import answers\n"
+                f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))}, globals())")))
+        (target / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    for other in sorted(source_dir.iterdir()):          # figures and data the chapters read
+        if other.suffix != ".ipynb" and other.name not in SKIP_PARTS and not other.name.startswith("."):
+            (_copy_tree(other, target / other.name) if other.is_dir() else shutil.copy2(other, target / other.name))
+    report.append(f"chapters: {len(list(target.glob('*.ipynb')))} notebooks in book/chapters"
+                  + (f" (cells of {', '.join(to_read)} to read: they need a module left out)" if to_read else ""))
+    return imports
+
+
+#: The copy's own wording of grading: ``public_checks.handing_in`` with this line.
+CLASS_COPY = 'COPY = "class"'
+
+
+def _handing_in(tmp: Path):
+    """The copy's own ``public_checks.handing_in`` (the course being released words it), or None."""
+    import importlib.util
+    path = tmp / "public_checks" / "handing_in.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("_release_handing_in", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _word_for_the_class(tmp: Path, report: list[str]) -> None:
+    """Every sentence about grading worded for a class's copy: ``handing_in.COPY`` set to
+    "class", and each exercise statement's sentence rewritten with ``handing_in.statement``."""
+    handing_in = _handing_in(tmp)
+    if handing_in is None:
+        report.append("grading: no public_checks/handing_in.py, nothing to word for a class")
+        return
+    module = tmp / "public_checks" / "handing_in.py"
+    text = module.read_text(encoding="utf-8")
+    if text.count('COPY = "repository"\n') != 1:
+        raise ReleaseError("public_checks/handing_in.py does not set COPY = \"repository\" on one line: "
+                           "the release cannot word grading for a class")
+    module.write_text(text.replace('COPY = "repository"\n', CLASS_COPY + "\n"), encoding="utf-8")
+    for path in sorted((tmp / "exercises").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        name = (nb.get("metadata", {}).get("kvcourse", {}) or {}).get("exercise", path.stem)
+        old, new = handing_in.statement(name, "repository"), handing_in.statement(name, "class")
+        count = 0
+        for cell in nb["cells"]:
+            if cell.get("cell_type") != "markdown":
+                continue
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else str(cell["source"])
+            if old in src:
+                count += src.count(old)
+                cell["source"] = src.replace(old, new)
+        if not count:
+            raise ReleaseError(f"exercises/{path.name}: its statement does not say how it is graded in "
+                               f"public_checks.handing_in's words ({old!r})")
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    report.append("grading worded for a class: run the public checks here, hand in the notebook")
+
+
+#: The block of the front page (book/intro.md) that is true in the course's repository only.
+REPOSITORY_BLOCK = "grading-in-this-copy"
+
+
 def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
+    """The built site, in ``site/``, worded for a class (its notebooks as the copy's are)."""
     site = root / "_build" / "html"
     if not (site / "index.html").exists():
-        report.append("book: the site is not built (no _build/html/index.html): run 'make book', then "
+        report.append("site: the site is not built (no _build/html/index.html): run 'make book', then "
                       "'make release' again to include it")
         (tmp / "BOOK-NOT-INCLUDED.txt").write_text(
             "The course site was not built when this release was made.\n"
@@ -299,9 +648,154 @@ def _copy_book(root: Path, tmp: Path, report: list[str]) -> None:
 
     def ignore(folder, names):
         return [n for n in names if n in NEVER or n in SKIP_PARTS or n.startswith("solutions")]
-    shutil.copytree(site, tmp / "book", ignore=ignore)
-    count = sum(1 for _ in (tmp / "book").rglob("*.html"))
-    report.append(f"book: the built site, {count} pages (open book/index.html)")
+    shutil.copytree(site, tmp / "site", ignore=ignore)
+    handing_in = _handing_in(tmp)
+    names = _exercise_names(tmp)
+    for page in (tmp / "site").rglob("*.html") if handing_in else ():
+        text = page.read_text(encoding="utf-8", errors="replace")
+        worded = word_page_for_the_class(text, names, handing_in)
+        if worded != text:
+            page.write_text(worded, encoding="utf-8")
+    for source in sorted((tmp / "site").rglob("*")) if handing_in else ():   # the pages' downloads
+        if source.name.endswith((".ipynb", ".ipynb.txt")):
+            _word_notebook_file(source, names, handing_in)
+        elif source.name.endswith((".md", ".md.txt")):
+            text = source.read_text(encoding="utf-8")
+            worded = word_markdown_for_the_class(text, handing_in)
+            if worded != text:
+                source.write_text(worded, encoding="utf-8")
+    count = sum(1 for _ in (tmp / "site").rglob("*.html"))
+    report.append(f"site: the built site, {count} pages (open site/index.html)")
+
+
+def _exercise_names(tmp: Path) -> list[str]:
+    names = []
+    for path in sorted((tmp / "exercises").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        names.append((nb.get("metadata", {}).get("kvcourse", {}) or {}).get("exercise", path.stem))
+    return names
+
+
+def _word_notebook_file(path: Path, names: list[str], handing_in) -> int:
+    """Rewrite the repository's grading sentences of every exercise in a notebook's Markdown."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return 0
+    count = 0
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "markdown":
+            continue
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else str(cell["source"])
+        for name in names:
+            old = handing_in.statement(name, "repository")
+            if old in src:
+                count += src.count(old)
+                src = src.replace(old, handing_in.statement(name, "class"))
+        cell["source"] = src
+    if count:
+        path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return count
+
+
+def _markdown_to_html(text: str) -> str:
+    """A sentence of ours (``code`` and plain words) as HTML."""
+    import html
+    parts = text.split("`")
+    return "".join(f'<code class="docutils literal notranslate">{html.escape(p)}</code>' if k % 2
+                   else html.escape(p) for k, p in enumerate(parts))
+
+
+def _replace_block(page: str, css_class: str, replacement: str) -> str:
+    """``page`` with every ``<div class="... css_class ...">...</div>`` (nested divs counted)
+    replaced by ``replacement``."""
+    opening = re.compile(r'<div\b[^>]*\bclass="[^"]*\b' + re.escape(css_class) + r'\b[^"]*"[^>]*>')
+    while True:
+        match = opening.search(page)
+        if not match:
+            return page
+        depth, pos = 1, match.end()
+        tags = re.compile(r"<div\b[^>]*>|</div\s*>")
+        while depth:
+            tag = tags.search(page, pos)
+            if tag is None:
+                raise ReleaseError(f"a <div class={css_class!r}> of the site is never closed")
+            depth += -1 if tag.group().startswith("</") else 1
+            pos = tag.end()
+        page = page[:match.start()] + replacement + page[pos:]
+
+
+def word_markdown_for_the_class(text: str, handing_in) -> str:
+    """A Markdown source (the front page's, as the site offers it for download) worded for a
+    class: its ``{container} grading-in-this-copy`` block becomes the class's paragraph."""
+    block = re.compile(r"^(:{3,})\{container\}\s*" + re.escape(REPOSITORY_BLOCK) + r"[^\n]*\n.*?^\1[ \t]*$",
+                       re.S | re.M)
+    return block.sub(lambda m: handing_in.how_to_hand_in("class"), text)
+
+
+def word_page_for_the_class(page: str, names: list[str], handing_in) -> str:
+    """A page of the site worded for a class: the front page's block that holds in the repository
+    only becomes the class's paragraph, and each exercise statement's grading sentence the
+    class's."""
+    page = _replace_block(page, REPOSITORY_BLOCK, f"<p>{_markdown_to_html(handing_in.how_to_hand_in('class'))}</p>")
+    sentence = re.compile(r"Your answer is graded by hidden tests: <code\b[^>]*>(?:(?!</code>).)*?"
+                          r"exercises/([A-Za-z_][A-Za-z0-9_]*)\.ipynb(?:(?!</code>).)*?</code>\.", re.S)
+    return sentence.sub(lambda m: _markdown_to_html(handing_in.statement(m.group(1), "class")), page)
+
+
+#: What only the course's repository has: no page, notebook or README of a class's copy says it.
+REPOSITORY_ONLY = re.compile(r"python3?\s+-m\s+graders\b")
+
+
+def _verify_wording(tmp: Path) -> None:
+    """No file a learner reads in the copy tells them to run the grader, which it does not have."""
+    import html
+    for path in sorted(tmp.rglob("*")):
+        if not path.is_file() or path.suffix.lower() not in (".ipynb", ".md", ".txt", ".html", ".htm"):
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix.lower() in (".html", ".htm"):
+            text = html.unescape(re.sub(r"<[^>]+>", "", text))
+        if path.suffix.lower() == ".ipynb":
+            text = text.replace("\\n", "\n")
+        match = REPOSITORY_ONLY.search(text)
+        if match:
+            line = text[:match.start()].count("\n") + 1
+            raise ReleaseError(f"{path.relative_to(tmp)}: line {line} tells the learner to run "
+                               f"'{match.group()}', which this copy does not have; word it with "
+                               "public_checks.handing_in")
+
+
+_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def notebook_links(path: Path) -> list[str]:
+    """The relative links of a notebook's Markdown cells or a Markdown file (no URL, no anchor)."""
+    if path.suffix == ".ipynb":
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        texts = ["".join(c["source"]) if isinstance(c["source"], list) else str(c["source"])
+                 for c in nb.get("cells", []) if c.get("cell_type") == "markdown"]
+    else:
+        texts = [path.read_text(encoding="utf-8")]
+    links = []
+    for text in texts:
+        for target in _LINK.findall(text):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) or target.startswith("#"):
+                continue
+            links.append(target.split("#", 1)[0])
+    return [link for link in links if link]
+
+
+def _verify_links(tmp: Path) -> None:
+    """Every link between the notebooks and Markdown files of the copy (the site aside) resolves
+    inside the copy."""
+    for path in sorted(tmp.rglob("*")):
+        if path.suffix not in (".ipynb", ".md") or "site" == path.relative_to(tmp).parts[0]:
+            continue
+        for link in notebook_links(path):
+            target = (path.parent / link).resolve()
+            if tmp.resolve() not in target.parents or not target.exists():
+                raise ReleaseError(f"{path.relative_to(tmp)} links to {link}, which is not in the copy")
 
 
 MACHINE_README = """
@@ -325,23 +819,35 @@ The chip you program then runs the requantizer you wrote: the `attention_tail` e
 
 
 def _write_readme(tmp: Path, report: list[str]) -> None:
+    handing_in = _handing_in(tmp)
+    hand_in = handing_in.how_to_hand_in("class") if handing_in else (
+        "Each exercise notebook has public checks you run in place; hand in the notebook.")
     machine = MACHINE_README if (tmp / "ga2").is_dir() else ""
-    book = "book/index.html" if (tmp / "book").exists() else "(not included: see BOOK-NOT-INCLUDED.txt)"
+    site = "`site/index.html`" if (tmp / "site").exists() else "not included (see `BOOK-NOT-INCLUDED.txt`)"
+    chapters = ("- The chapters, as notebooks you run: `book/chapters/*.ipynb`\n"
+                if (tmp / "book" / "chapters").is_dir() else "")
     (tmp / "README.md").write_text(f"""# The KV cache course: the learner's copy
 
-- The course: {book}
-- The exercises: `exercises/*.ipynb`
+- The course site, to read: {site}
+{chapters}- The exercises: `exercises/*.ipynb`
 
 Set up once, in this folder:
 
 ```sh
 python3 -m venv .venv && .venv/bin/pip install -e .
-.venv/bin/jupyter lab exercises
+.venv/bin/jupyter lab
 ```
 
-Each exercise notebook has a statement, a starter cell to fill in, and public checks you run in
-place ("public tests passed; hidden tests run at grading").  Hand in the notebook as it is:
-the grade comes from hidden tests your course runs on it.
+JupyterLab opens on this folder: the exercises are in `exercises/`, the chapters in
+`book/chapters/`, and the links between them open the notebook they name.
+
+{hand_in}
+
+The engine the chapters run (`kvcache`) calls the functions the exercises ask for, and in this
+copy those are starters: a chapter that calls one runs on your answer once you have written it.
+Its first cells install every answer you have written so far (`answers.install_all()`) and say
+in one sentence what the chapter runs on; `answers.install_from("softmax.ipynb")` does it for one
+exercise, in any notebook.
 {machine}""", encoding="utf-8")
     (tmp / MARKER).write_text("made by python -m graders release\n", encoding="utf-8")
 

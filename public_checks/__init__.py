@@ -13,8 +13,8 @@ finishes normally, so an untouched exercise notebook runs to the end.  A wrong a
 raises ``PublicCheckFailed`` after the report, so a solution notebook that regressed
 fails under nbval.
 
-These checks are deliberately few.  The grade comes from the hidden tests in
-``graders/`` (``python -m graders grade exercises/NAME.ipynb``).
+These checks are deliberately few.  The grade comes from hidden tests; how a learner gets
+them run depends on the copy of the course (``public_checks.handing_in`` words it).
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ import textwrap
 import traceback
 from dataclasses import dataclass
 from typing import Callable
+
+from . import handing_in
 
 __all__ = ["run_checks", "load_checks", "evaluate", "CheckOutcome", "CheckReport", "PublicCheckFailed", "HIDDEN_NOTE"]
 
@@ -122,7 +124,7 @@ def run_checks(name: str, *fns: Callable) -> CheckReport:
     passed = sum(o.status == "passed" for o in outcomes)
     _say(f"{passed} of {len(outcomes)} public checks passed.")
     if passed == len(outcomes):
-        _say(f"{name}: {HIDDEN_NOTE} (python -m graders grade exercises/{name}.ipynb).", indent="  ")
+        _say(handing_in.after_checks(name), indent="  ")
         return report
     if any(o.status == "failed" for o in outcomes):
         raise PublicCheckFailed(f"{name}: {len(outcomes) - passed} public check(s) did not pass; see the report above")

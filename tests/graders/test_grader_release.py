@@ -27,19 +27,23 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
         assert all(c.get("outputs", []) == [] for c in nb["cells"] if c["cell_type"] == "code")
     assert (out / "public_checks" / "__init__.py").exists()
     if (ROOT / "_build" / "html" / "index.html").exists():
-        assert (out / "book" / "index.html").exists()
-        assert "book: the built site" in proc.stdout
+        assert (out / "site" / "index.html").exists()
+        assert "site: the built site" in proc.stdout
     else:
         assert "the site is not built" in proc.stdout and (out / "BOOK-NOT-INCLUDED.txt").exists()
     hidden = {p.read_bytes() for p in (ROOT / "graders" / "exercises").glob("*.py")}
     assert not any(p.is_file() and p.read_bytes() in hidden for p in out.rglob("*.py"))
     # no implementation of a graded function anywhere: Python files, notebook cells and outputs,
-    # the pages of the site; the engine is not shipped, and the checks come with their data
+    # the pages of the site; the engine the chapters run is shipped with every graded function a
+    # starter, and the checks come with their data
     leaks = find_leaks(out)
     assert not leaks, describe(leaks)
-    assert not (out / "kvcache").exists() and not (out / "coursebook").exists() and not (out / "tools").exists()
-    # public_checks, and ga2: the GA-2 exercises (attention_tail, mutants) run its machine and builder
-    assert "packages: public_checks, ga2\n" in proc.stdout + "\n"
+    assert (out / "kvcache" / "model.py").exists() and (out / "coursebook" / "__init__.py").exists()
+    assert not (out / "tools").exists() and not (out / "bench").exists() and not (out / "tests").exists()
+    # public_checks and answers, then what the exercises, the chapters and the checks import: ga2
+    # (the GA-2 exercises run its machine and builder), the engine and the chapters' helpers
+    assert "packages: public_checks, answers, coursebook, ga2, kvcache\n" in proc.stdout + "\n"
+    assert "kvcache.attention: attend_step, causal_attention, softmax made starters" in proc.stdout
     # the machine the GA-2 exercises program, without what implements their answers
     assert (out / "ga2" / "machine.py").exists() and not (out / "ga2" / "rtl").exists()
     assert not (out / "ga2" / "mutants.py").exists()
@@ -141,19 +145,29 @@ def test_the_released_checks_run_without_the_course(tmp_path):
 
 
 def test_an_answer_anywhere_in_the_copy_stops_the_release(tmp_path):
-    """An exercise that imports a package implementing a graded function (an engine), or a public
-    check that implements one, stops the release: nothing is written."""
+    """An engine a chapter or an exercise imports is shipped with each graded function it defines
+    (at the top of a module) turned into a starter that names its exercise; an implementation the
+    release cannot turn into one (inside another function), or a public check that implements
+    one, stops the release: nothing is written."""
     graded = sorted(graded_functions())[0]
     root = tmp_path / "course"
     nb = _fake_course(root)
     (root / "engine").mkdir()
-    (root / "engine" / "__init__.py").write_text(f"def {graded}(*args):\n    return 42\n")
+    (root / "engine" / "__init__.py").write_text(f"def helper():\n    def {graded}(*args):\n        return 42\n"
+                                                 f"    return {graded}\n")
     (root / "exercises" / "f.ipynb").write_text(nb("import engine\n\ndef f(x):\n    raise NotImplementedError\n",
                                                    ["answer"]))
     with pytest.raises(ReleaseError, match="implementation of a graded function") as err:
         make_release(tmp_path / "out", root=root)
-    assert f"engine/__init__.py: line 1: {graded}" in str(err.value)
+    assert f"engine/__init__.py: line 2: {graded}" in str(err.value)
     assert not (tmp_path / "out").exists()
+    (root / "engine" / "__init__.py").write_text(f"def {graded}(*args):\n    \"\"\"The engine's own.\"\"\"\n"
+                                                 "    return 42\n")
+    report = make_release(tmp_path / "out", root=root)
+    shipped = (tmp_path / "out" / "engine" / "__init__.py").read_text()
+    assert "return 42" not in shipped and "raise NotImplementedError(" in shipped
+    assert f"engine.{graded} is the exercise " in shipped and any(f"engine: {graded} made starters" in l for l in report)
+    shutil.rmtree(tmp_path / "out")
     (root / "exercises" / "f.ipynb").write_text(nb("def f(x):\n    raise NotImplementedError\n", ["answer"]))
     (root / "public_checks" / "f.py").write_text(f"def {graded}(x):\n    return x\n")
     with pytest.raises(ReleaseError, match="public_checks/f.py"):
@@ -266,8 +280,11 @@ def test_the_release_check_refuses_a_counterpart_left_in(tmp_path, monkeypatch):
     from graders.answer_leaks import counterparts
     strip = release._strip_counterparts
     monkeypatch.setattr(release, "_strip_counterparts", lambda tmp, package: [])
+    graded = release._strip_graded               # (which makes the engines' graded bodies starters too)
+    monkeypatch.setattr(release, "_strip_graded", lambda tmp, package: [])
     with pytest.raises(ReleaseError, match=r"ga2\.(attn:attention_tail|quant:requant), the implementation of"):
         make_release(tmp_path / "out", root=ROOT)
+    monkeypatch.setattr(release, "_strip_graded", graded)
     functions_only = tuple(c for c in counterparts() if c.qualname)
     monkeypatch.setattr(release, "_strip_counterparts",
                         lambda tmp, package: _strip_with(release, strip, functions_only, tmp, package))
@@ -284,3 +301,181 @@ def _strip_with(release, strip, parts, tmp, package):
         return strip(tmp, package)
     finally:
         release.counterparts = real
+
+
+# ------------------------------------------------------------- the copy for a class, as a whole
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    out = tmp_path_factory.mktemp("copy") / "release"
+    report = make_release(out, root=ROOT)
+    return out, report
+
+
+def test_every_sentence_about_grading_is_the_class_copys(release):
+    """The statements, the public checks' last line and the README say: run the public checks
+    here, hand in the notebook; nothing a learner reads names the grader, which the copy lacks."""
+    out, _ = release
+    for path in (out / "exercises").glob("*.ipynb"):
+        text = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+        assert "once you hand it in: run the public checks here, then hand in this notebook" in text, path.name
+        assert "python -m graders" not in text, path.name
+    for path in list(out.rglob("*.ipynb")) + list(out.rglob("*.md")):
+        assert "-m graders" not in path.read_text(), path
+    readme = (out / "README.md").read_text()
+    assert "Run the public checks here; hand in the notebook" in readme
+    assert 'COPY = "class"' in (out / "public_checks" / "handing_in.py").read_text()
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
+        sys.path.insert(0, {str(out)!r})
+        from public_checks import run_checks
+        run_checks("time_per_token", lambda n, b, bw: n * b / bw)
+    """)
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120, cwd=out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == \
+        "time_per_token: public tests passed; hidden tests run at grading: hand in this notebook."
+
+
+def test_the_chapters_come_as_notebooks_that_install_the_learners_answers(release):
+    out, report = release
+    chapters = sorted(p.name for p in (ROOT / "book" / "chapters").glob("*.ipynb"))
+    assert sorted(p.name for p in (out / "book" / "chapters").glob("*.ipynb")) == chapters
+    first = json.loads((out / "book" / "chapters" / "01_attention_by_hand.ipynb").read_text())
+    code = [c for c in first["cells"] if c["cell_type"] == "code"]
+    assert all(c["outputs"] == [] for c in code)
+    assert "".join(code[1]["source"]).endswith(
+        'answers.say_what_runs({"causal_attention": "causal_attention", "softmax": "softmax"}, globals())')
+    # the circuit (chapter 10) and the mutants (chapter 11) are left out: their cells are to read
+    tenth = json.loads((out / "book" / "chapters" / "10_decode_on_ga2.ipynb").read_text())
+    raw = [c for c in tenth["cells"] if c["cell_type"] == "raw"]
+    assert raw and all("rtl." in "".join(c["source"]) or "simulator" in "".join(c["source"]) for c in raw)
+    assert not any("rtl" in "".join(c["source"]) for c in tenth["cells"] if c["cell_type"] == "code"
+                   and "import" in "".join(c["source"]) and "rtl" in "".join(c["source"]).split("import")[1])
+    assert any("leaves out `ga2.rtl`" in "".join(c["source"]) for c in tenth["cells"] if c["cell_type"] == "markdown")
+    assert any("cells of 10_decode_on_ga2.ipynb, 11_testing_the_tests.ipynb to read" in line for line in report)
+
+
+def test_the_learners_answers_run_in_the_copys_engine(release, tmp_path):
+    """answers.install_from puts a learner's functions where the engine has starters: the
+    exercise's form where the engine's is the same, gqa's grouped causal attention one head at a
+    time, the paged cache's allocator through its own interface; values checked against numbers
+    worked out by hand."""
+    out, _ = release
+    answers_dir = tmp_path / "mine"
+    answers_dir.mkdir()
+    for name in ("softmax", "causal_attention", "BlockAllocator"):
+        shutil.copy(ROOT / "solutions" / f"{name}.ipynb", answers_dir / f"{name}.ipynb")
+    code = textwrap.dedent(f"""
+        import json, sys
+        sys.path = [p for p in sys.path if p not in ("", {str(ROOT)!r})]
+        sys.path.insert(0, {str(out)!r})
+        import numpy as np
+        import answers
+        from kvcache import attention, gqa, paged
+        report = {{"missing": answers.missing(["softmax", "causal_attention", "BlockAllocator"])}}
+        try:
+            attention.softmax(np.zeros(2))
+        except NotImplementedError as err:
+            report["starter"] = str(err)
+        report["installed"] = sorted(answers.install_all({str(answers_dir)!r}))
+        report["softmax"] = attention.softmax(np.array([0.0, np.log(3.0)]), axis=-1).tolist()
+        q = np.zeros((2, 4, 1)); k = np.zeros((2, 2, 1))
+        v = np.array([[[1.0], [10.0]], [[3.0], [30.0]]])                    # (T=2, G=2, d=1)
+        report["gqa"] = gqa.causal_attention(q, k, v)[:, :, 0].tolist()   # heads 0, 1 -> group 0
+        alloc = paged.BlockAllocator(2)
+        a = alloc.allocate(); alloc.fork(a)
+        report["alloc"] = [alloc.num_free, alloc.num_shared, alloc.refcount(a)]
+        alloc.allocate()
+        try:
+            alloc.allocate()
+        except paged.OutOfBlocks:
+            report["out_of_blocks"] = "the engine's"
+        report["missing_after"] = answers.missing(["softmax", "causal_attention", "BlockAllocator"])
+        print(json.dumps(report))
+    """)
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["missing"] == ["softmax", "causal_attention", "BlockAllocator"]
+    assert "kvcache.attention.softmax is the exercise softmax of chapter 1" in report["starter"]
+    assert 'answers.install_from("softmax.ipynb")' in report["starter"]
+    assert report["installed"] == ["BlockAllocator", "causal_attention", "softmax"]
+    assert report["softmax"] == pytest.approx([0.25, 0.75])
+    # query 0 sees key 0 only; query 1 weighs keys 0 and 1 equally (all scores 0)
+    assert sum(report["gqa"], []) == pytest.approx([1, 1, 10, 10, 2, 2, 20, 20])
+    assert report["alloc"] == [1, 1, 2] and report["out_of_blocks"] == "the engine's"
+    assert report["missing_after"] == []
+
+
+def test_a_page_of_the_site_is_worded_for_the_class():
+    from graders.release import word_page_for_the_class
+    from public_checks import handing_in
+    page = ('<main><p>Grading.</p><div class="grading-in-this-copy docutils container">\n<p>From the course\'s '
+            'folder</p><div class="highlight-console"><div class="highlight"><pre>$ python -m graders grade x'
+            '</pre></div></div><p>as often</p></div><p>After.</p>'
+            '<p>Your answer is graded by hidden tests: <code class="docutils literal notranslate"><span class="pre">'
+            'python</span> <span class="pre">-m</span> <span class="pre">graders</span> <span class="pre">grade</span> '
+            '<span class="pre">exercises/softmax.ipynb</span></code>.</p></main>')
+    worded = word_page_for_the_class(page, ["softmax"], handing_in)
+    assert "graders" not in worded and "<p>Grading.</p>" in worded and "<p>After.</p>" in worded
+    assert "Run the public checks here; hand in the notebook" in worded
+    assert "once you hand it in: run the public checks here, then hand in this notebook." in worded
+
+
+def test_a_link_that_leaves_the_copy_stops_the_release(tmp_path):
+    root = tmp_path / "course"
+    nb = _fake_course(root)
+    text = json.loads(nb("def f(x):\n    raise NotImplementedError\n", ["answer"]))
+    text["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "See [the grader](../graders/README.md)."})
+    (root / "exercises" / "f.ipynb").write_text(json.dumps(text))
+    with pytest.raises(ReleaseError, match=r"exercises/f.ipynb links to ../graders/README.md, which is not in the copy"):
+        make_release(tmp_path / "out", root=root)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_built_site_goes_to_site_worded_for_the_class(tmp_path):
+    """A built site is copied to site/: its front page's repository block, its exercise pages'
+    sentence and the sources it offers for download are the class's; a page still naming the
+    grader stops the release."""
+    root = tmp_path / "course"
+    nb = _fake_course(root)
+    shutil.copy(ROOT / "public_checks" / "handing_in.py", root / "public_checks" / "handing_in.py")
+    from public_checks import handing_in
+    statement = handing_in.statement("f", "repository")
+    exercise = json.loads(nb("def f(x):\n    raise NotImplementedError\n", ["answer"]))
+    exercise["cells"].insert(0, {"cell_type": "markdown", "metadata": {}, "source": f"Write f.\n\n{statement}"})
+    (root / "exercises" / "f.ipynb").write_text(json.dumps(exercise))
+    site = root / "_build" / "html"
+    (site / "_sources" / "book").mkdir(parents=True)
+    (site / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=book/intro.html" />')
+    block = ":::{container} grading-in-this-copy\nFrom the course's folder:\n\n```console\n" \
+            "$ .venv/bin/python -m graders grade exercises/f.ipynb\n```\n:::\n"
+    (site / "_sources" / "book" / "intro.md").write_text(f"# Intro\n\n{block}\nThe end.\n")
+    (site / "book").mkdir()
+    (site / "book" / "intro.html").write_text(
+        '<p>Intro.</p><div class="grading-in-this-copy docutils container"><p>From the course\'s folder:</p>'
+        '<div class="highlight"><pre>$ .venv/bin/python -m graders grade exercises/f.ipynb</pre></div></div>'
+        '<p>The end.</p>')
+    (site / "exercises").mkdir()
+    (site / "exercises" / "f.html").write_text(
+        '<p>Your answer is graded by hidden tests: <code class="docutils literal notranslate"><span class="pre">'
+        'python -m graders grade exercises/f.ipynb</span></code>.</p>')
+    shutil.copy(root / "exercises" / "f.ipynb", site / "_sources" / "f.ipynb")
+    report = make_release(tmp_path / "out", root=root)
+    out = tmp_path / "out"
+    assert any("site: the built site, 3 pages" in line for line in report)
+    front = (out / "site" / "book" / "intro.html").read_text()
+    assert front.startswith("<p>Intro.</p><p>Each exercise notebook") and front.endswith("<p>The end.</p>")
+    assert "hand in this notebook." in (out / "site" / "exercises" / "f.html").read_text()
+    source = (out / "site" / "_sources" / "book" / "intro.md").read_text()
+    assert source == f"# Intro\n\n{handing_in.how_to_hand_in('class')}\n\nThe end.\n"
+    assert handing_in.statement("f", "class") in (out / "site" / "_sources" / "f.ipynb").read_text()
+    read = [p for p in out.rglob("*") if p.suffix in (".html", ".md", ".ipynb", ".txt")]
+    assert len(read) == 8 and not [p for p in read if "-m graders" in p.read_text()]
+    # a page the release cannot reword stops it, naming the page
+    (site / "book" / "other.html").write_text("<p>Run <code>python -m graders grade</code>.</p>")
+    with pytest.raises(ReleaseError, match=r"site/book/other.html: line 1 tells the learner to run"):
+        make_release(tmp_path / "out", root=root)

@@ -1,0 +1,364 @@
+"""Gradescope autograders: ``python -m graders autograder EXERCISE... --out DIR``.
+
+Gradescope unzips an autograder into ``/autograder/source``, runs its ``setup.sh`` there once
+(as root, when it builds the assignment's image), then, for every submission, copies the
+student's files into ``/autograder/submission/`` (under the names the student gave them), runs
+``/autograder/run_autograder`` and reads ``/autograder/results/results.json``.
+
+``DIR/EXERCISE.zip`` holds, at its top::
+
+    setup.sh           apt: bubblewrap and util-linux (the sandbox), python3 and pip;
+                       pip: requirements.txt
+    run_autograder     $AUTOGRADER_PYTHON -m graders.autograder, in $AUTOGRADER_ROOT/source
+    requirements.txt   the lines of the course's requirements.txt for the packages grading imports
+    exercise.json      {"exercise": EXERCISE}: the exercise is pinned here, never read from the
+                       submission
+    graders/           the grader, with the hidden tests of EXERCISE only (every other module of
+                       graders/exercises/ that is not a shared helper is left out)
+    ga2/ ...           the course packages that exercise's hidden tests import (their ``libs`` and
+                       their imports): the GA-2 machine for attention_tail and mutants
+
+Grading one submission (``run``):
+
+1. the notebooks of ``submission/`` (any name, in sub-folders too; checkpoints and dot files
+   skipped): exactly one is graded; none or several give every test 0 and a result that names
+   the files that were there;
+2. ``grading.grade_file(path, EXERCISE)``, the same call as ``python -m graders grade``, so the
+   same scores;
+3. the result in Gradescope's format (``gradescope_result``): ``score``, ``execution_time``,
+   ``output``, ``stdout_visibility``, ``tests`` (each ``name``, ``score``, ``max_score``,
+   ``status``, ``output``, ``visibility``, and ``number`` when the grader gives one) and
+   ``extra_data`` with everything else of ours: the exercise, the submission's status, the
+   isolation that held (the "Isolation: ..." paragraph, written for instructors, goes there and
+   to the autograder's log, never to what the student reads), the runs, the hashes.
+
+Whatever happens (no sandbox can be made here, the grader fails), ``results.json`` is written,
+with every test at 0 and a sentence for the student; the details go to ``extra_data`` and to the
+log (run_autograder's standard output, which Gradescope shows the instructor).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import os
+import re
+import stat
+import sys
+import time
+import traceback
+import zipfile
+from pathlib import Path
+
+__all__ = ["AutograderError", "build", "build_all", "gradescope_result", "find_notebooks", "run",
+           "TEST_KEYS", "RESULT_KEYS"]
+
+#: What Gradescope reads in a test and at the top of results.json; everything else is ours and
+#: goes under ``extra_data``.
+TEST_KEYS = ("name", "score", "max_score", "status", "output", "visibility", "number")
+RESULT_KEYS = ("score", "execution_time", "output", "stdout_visibility", "tests", "extra_data")
+
+SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", "__MACOSX"}
+#: Modules of graders/ that make the learner's copy, not grades: left out of an autograder.
+NOT_GRADING = ("release.py", "answer_leaks.py")
+#: A fixed time for every member of the zip: the same sources make the same bytes.
+ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+#: Where Gradescope leaves a submission's files and reads the result, under the root.
+SUBMISSION, RESULTS = "submission", "results"
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# Gradescope runs this for every submission: the student's files are in $ROOT/submission/, the
+# result goes to $ROOT/results/results.json.  AUTOGRADER_ROOT and AUTOGRADER_PYTHON let the
+# course's tests run it in a folder laid out the same way, with the interpreter they choose.
+set -u
+ROOT="${AUTOGRADER_ROOT:-/autograder}"
+PYTHON="${AUTOGRADER_PYTHON:-python3}"
+RESULT="$ROOT/results/results.json"
+rm -f "$RESULT"
+cd "$ROOT/source" && PYTHONPATH="$ROOT/source" "$PYTHON" -m graders.autograder --root "$ROOT"
+# The grader writes a result whatever the submission does; should its interpreter itself be
+# missing or killed, Gradescope still gets a result that says so.
+if [ ! -s "$RESULT" ]; then
+  mkdir -p "$ROOT/results"
+  printf '%s\n' '{"score": 0.0, "output": "The autograder could not start: the problem is on the course'"'"'s side, not in your notebook. Your instructor can see what happened.", "stdout_visibility": "hidden", "tests": [], "extra_data": {"status": "grader_error"}}' > "$RESULT"
+fi
+exit 0
+"""
+
+SETUP_SH = """#!/usr/bin/env bash
+# Gradescope runs this once, as root, in /autograder/source, when it builds the autograder's image
+# (Ubuntu): the sandbox's tools from apt, the Python packages grading needs from requirements.txt
+# (the course's own pins).  PIP_BREAK_SYSTEM_PACKAGES lets pip install into the image's Python
+# where the distribution marks it as managed by apt; older pips ignore it.
+set -euo pipefail
+cd "$(dirname "$0")"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends bubblewrap util-linux python3 python3-pip
+PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir -r requirements.txt
+"""
+
+
+class AutograderError(RuntimeError):
+    """The autograder cannot be built as asked (an unknown exercise, a missing package)."""
+
+
+# ------------------------------------------------------------------------------------ building
+
+
+def _course_root() -> Path:
+    return Path(__file__).resolve().parent.parent
+
+
+def _top_level_imports(source: str, *, module_level_only: bool = False) -> set[str]:
+    """The top-level names of the absolute imports of a module's source (every import, or only
+    those of the module's own body: what importing it needs)."""
+    tree = ast.parse(source)
+    nodes = tree.body if module_level_only else ast.walk(tree)
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _python_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if not SKIP_PARTS & set(p.parts))
+
+
+def grader_files(exercise: str, root: Path) -> list[Path]:
+    """The grader's files for ``exercise``: every module of ``graders/`` but the other exercises'
+    hidden tests (``graders/exercises/_*.py`` are helpers every exercise may use) and the tools
+    that make the learner's copy (``NOT_GRADING``)."""
+    exercises = root / "graders" / "exercises"
+    if not (exercises / f"{exercise}.py").is_file():
+        known = sorted(p.stem for p in exercises.glob("*.py") if not p.stem.startswith("_"))
+        raise AutograderError(f"no exercise named {exercise!r}; the grader knows: {', '.join(known)}")
+    return [p for p in _python_files(root / "graders")
+            if (p.parent != exercises and p.name not in NOT_GRADING) or p.stem.startswith("_")
+            or p.stem == exercise]
+
+
+def course_packages(exercise: str, root: Path, files: list[Path]) -> list[str]:
+    """The course packages the exercise's grading imports, found by their imports and the
+    exercise's ``libs``: every import of its hidden tests (a check may import the machine it runs
+    a program on inside a function), the imports the other grader modules make when loaded (not
+    those of a command grading does not run, such as ``check``'s public checks), and in turn every
+    import of those packages.  Whatever a package is called or wherever it moves, what grading
+    imports is what is shipped."""
+    from . import registry
+    queue = {lib.name for lib in registry.get(exercise).libs}
+    exercises = root / "graders" / "exercises"
+    for path in files:
+        queue |= _top_level_imports(path.read_text(encoding="utf-8"), module_level_only=path.parent != exercises)
+    found: list[str] = []
+    while queue:
+        name = queue.pop()
+        if name in found or name == "graders" or not (root / name / "__init__.py").is_file():
+            continue
+        found.append(name)
+        for path in _python_files(root / name):
+            queue |= _top_level_imports(path.read_text(encoding="utf-8"))
+    return sorted(found)
+
+
+def _requirement_name(line: str) -> str:
+    return re.split(r"[<>=!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("-", "_")
+
+
+def requirements(files: list[Path], root: Path) -> list[str]:
+    """The lines of ``requirements.txt`` (its pins, as they are) for the packages that the shipped
+    modules import when they are loaded: what grading needs, not the book's toolchain."""
+    imported = set()
+    for path in files:
+        imported |= _top_level_imports(path.read_text(encoding="utf-8"), module_level_only=True)
+    lines = [line.strip() for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    return [line for line in lines if _requirement_name(line) in {n.lower() for n in imported}]
+
+
+def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:
+    info = zipfile.ZipInfo(name, ZIP_TIME)
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = ((0o755 if executable else 0o644) | stat.S_IFREG) << 16
+    archive.writestr(info, data)
+
+
+def build(exercise: str, out: Path, root: Path | None = None) -> Path:
+    """Write ``out/EXERCISE.zip``, Gradescope's autograder for ``exercise``; returns its path."""
+    root = (root or _course_root()).resolve()
+    files = grader_files(exercise, root)
+    packages = course_packages(exercise, root, files)
+    shipped = files + [p for name in packages for p in sorted((root / name).rglob("*"))
+                       if p.is_file() and not SKIP_PARTS & set(p.parts) and p.suffix not in (".pyc", ".pyo")]
+    needed = requirements([p for p in shipped if p.suffix == ".py"], root)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{exercise}.zip"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        _add(archive, "setup.sh", SETUP_SH.encode(), executable=True)
+        _add(archive, "run_autograder", RUN_AUTOGRADER.encode(), executable=True)
+        _add(archive, "requirements.txt", ("\n".join(needed) + "\n").encode())
+        _add(archive, "exercise.json", (json.dumps({"exercise": exercise}) + "\n").encode())
+        for path in shipped:
+            _add(archive, path.relative_to(root).as_posix(), path.read_bytes())
+    tmp = target.with_name(f".{target.name}.tmp")            # a whole zip or none: replaced at once
+    tmp.write_bytes(buffer.getvalue())
+    os.replace(tmp, target)
+    return target
+
+
+def build_all(exercises: list[str], out: Path, root: Path | None = None) -> list[str]:
+    """Build the zips of ``exercises``; the report's lines."""
+    from . import registry
+    report = []
+    for name in exercises:
+        path = build(name, out, root)
+        with zipfile.ZipFile(path) as archive:
+            hidden = [n for n in archive.namelist() if n.startswith("graders/exercises/")
+                      and not Path(n).stem.startswith("_")]
+            packages = sorted({n.split("/")[0] for n in archive.namelist() if "/" in n} - {"graders"})
+        tests = len(registry.tests(name))
+        report.append(f"{path}: {name} ({tests} hidden tests, {', '.join(hidden)}"
+                      + (f"; with {', '.join(packages)}" if packages else "") + ")")
+    return report
+
+
+# ------------------------------------------------------------------------------------ grading
+
+
+def find_notebooks(folder: Path) -> list[Path]:
+    """Every notebook of a submission folder (sub-folders too), without checkpoints or dot files."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*.ipynb")
+                  if p.is_file() and not SKIP_PARTS & set(p.relative_to(folder).parts)
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def _files_seen(folder: Path, limit: int = 20) -> str:
+    if not folder.is_dir():
+        return "no submission folder"
+    names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    if not names:
+        return "no file at all"
+    shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return f"the files handed in: {shown}"
+
+
+def _zero_result(exercise: str, summary: str, status: str, started: float, extra: dict | None = None) -> dict:
+    """Every test of ``exercise`` at 0 with ``summary`` as the reason (the maximum stays right)."""
+    from . import registry
+    from .results import make_result, test_entry
+    try:
+        tests = [test_entry(i.name, i.points, False, f"not graded: {summary}", i.visibility)
+                 for i in registry.items(exercise)]
+    except Exception:  # noqa: BLE001 - the zero result is written even when the tests cannot be listed
+        tests = []
+    return make_result(exercise=exercise, tests=tests, status=status, isolation="none",
+                       execution_time=time.perf_counter() - started, output=summary, extra=extra)
+
+
+def _student_summary(result: dict) -> tuple[str, str]:
+    """(what the student reads above the tests, the "Isolation: ..." paragraph for the log)."""
+    kept, isolation = [], ""
+    for line in str(result.get("output", "")).splitlines():
+        if line.startswith("Isolation:"):
+            isolation = line
+        else:
+            kept.append(line)
+    if result.get("status") == "grader_error":
+        kept = ["The autograder could not grade this submission: the problem is on the course's side, "
+                "not in your notebook. Your instructor can see what happened; submit again later or "
+                "ask them."]
+    return "\n".join(kept), isolation
+
+
+def gradescope_result(result: dict) -> dict:
+    """The grader's result in Gradescope's results.json format: the keys Gradescope reads, and
+    everything else of ours under ``extra_data``."""
+    output, isolation = _student_summary(result)
+    tests = [{key: test[key] for key in TEST_KEYS if key in test} for test in result.get("tests", [])]
+    extra = {key: value for key, value in result.items() if key not in ("score", "execution_time", "output",
+                                                                        "stdout_visibility", "tests")}
+    extra["isolation_paragraph"] = isolation
+    if result.get("status") == "grader_error":
+        extra["grader_output"] = result.get("output", "")
+    return {"score": result.get("score", 0.0), "execution_time": result.get("execution_time", 0.0),
+            "output": output, "stdout_visibility": "hidden", "tests": tests, "extra_data": extra}
+
+
+def _grade_one(exercise: str, notebooks: list[Path], folder: Path, started: float) -> dict:
+    """The grader's result for the submission folder: its one notebook graded, or a zero."""
+    if not notebooks:
+        return _zero_result(exercise, f"no notebook (.ipynb) was handed in ({_files_seen(folder)}); hand in "
+                            f"your {exercise} exercise notebook.", "missing", started)
+    if len(notebooks) > 1:
+        names = ", ".join(str(p.relative_to(folder)) for p in notebooks)
+        return _zero_result(exercise, f"{len(notebooks)} notebooks were handed in ({names}): hand in only "
+                            f"your {exercise} exercise notebook.", "usage_error", started)
+    from .grading import UsageError, grade_file
+    from .sandbox import SandboxUnavailable
+    try:
+        return grade_file(notebooks[0], exercise)
+    except (UsageError, SandboxUnavailable) as err:
+        return _zero_result(exercise, f"the notebook could not be graded: {err}", "grader_error", started,
+                            extra={"grader_problem": str(err)})
+
+
+def run(root: Path, exercise: str | None = None) -> dict:
+    """Grade ``root/submission``'s notebook for the pinned exercise and write
+    ``root/results/results.json``; returns what was written."""
+    from .results import write_json
+    started = time.perf_counter()
+    root = Path(root)
+    if exercise is None:
+        exercise = json.loads((Path(__file__).resolve().parent.parent / "exercise.json")
+                              .read_text(encoding="utf-8"))["exercise"]
+    folder = root / SUBMISSION
+    notebooks = find_notebooks(folder)
+    try:
+        result = _grade_one(exercise, notebooks, folder, started)
+    except Exception as err:  # noqa: BLE001 - a result is written whatever happens
+        result = _zero_result(exercise, "the grader failed", "grader_error", started,
+                              extra={"grader_traceback": traceback.format_exc()[-4000:]})
+        result["output"] = f"The grader itself failed ({type(err).__name__}: {err})."
+    if len(notebooks) == 1:
+        result["submission"] = str(notebooks[0].relative_to(folder))
+    graded = gradescope_result(result)
+    write_json(root / RESULTS / "results.json", graded)
+    _log(result, graded)
+    return graded
+
+
+def _log(result: dict, graded: dict) -> None:
+    """The instructor's log (run_autograder's standard output): the feedback as ``grade`` prints
+    it (the isolation that held included), what went wrong in the grader, the score written."""
+    from .results import format_text
+    try:
+        print(format_text(result))
+    except Exception as err:  # noqa: BLE001 - the log is a courtesy; results.json is what counts
+        print(f"(the feedback could not be printed: {type(err).__name__})")
+    for key in ("grader_problem", "grader_traceback"):
+        if result.get(key):
+            print(result[key])
+    print(f"results.json: score {graded['score']:g} of {sum(t['max_score'] for t in graded['tests']):g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``run_autograder``'s entry point: grade the submission under ``--root``."""
+    parser = argparse.ArgumentParser(prog="python -m graders.autograder",
+                                     description="Grade a Gradescope submission (run by run_autograder).")
+    parser.add_argument("--root", default=os.environ.get("AUTOGRADER_ROOT", "/autograder"),
+                        help="Gradescope's folder: submission/ is read, results/results.json written")
+    args = parser.parse_args(argv)
+    run(Path(args.root))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

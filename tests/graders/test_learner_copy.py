@@ -1,0 +1,138 @@
+"""The learner's copy (``make release``) used the way a learner uses it: a fresh venv made with the
+commands of the copy's own README (pip installs from this machine's wheel cache and registry),
+every link between its notebooks followed, and every chapter and exercise notebook executed in
+that venv: first as handed out (each runs to the end, or stops where it calls an answer not
+written yet, with a message that names the exercise; never an import error), then with every
+exercise done (each runs to the end, the chapters on the learner's answers).
+
+The venv takes minutes to make (pip resolves JupyterLab and the chapters' packages), and running
+every notebook twice takes several more: the copy and its venv are made once per test session
+(the ``learner_copy`` fixture), and pip's own wheel cache makes the venvs after the first quicker.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from graders.release import make_release
+
+from grader_helpers import ROOT
+
+RUNNER = r'''
+import json, re, sys
+from pathlib import Path
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+results = {}
+for path in sys.argv[1:]:
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=1200, kernel_name="python3",
+                            resources={"metadata": {"path": str(Path(path).parent)}})
+    try:
+        client.execute()
+        error = None
+    except CellExecutionError as err:
+        error = {"name": err.ename, "value": re.sub(r"\x1b\[[0-9;]*m", "", str(err.evalue))}
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                      for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    results[path] = {"error": error, "printed": printed}
+print(json.dumps(results))
+'''
+
+
+def _readme_commands(readme: str) -> list[str]:
+    """The shell lines of the README's set-up block, but the one that opens JupyterLab."""
+    block = re.search(r"```sh\n(.*?)```", readme, re.S)
+    assert block, "the copy's README has no set-up commands"
+    return [line for line in block.group(1).splitlines() if line.strip() and "jupyter lab" not in line]
+
+
+@pytest.fixture(scope="session")
+def learner_copy(tmp_path_factory):
+    """(the copy, its venv's python): made once per session."""
+    out = tmp_path_factory.mktemp("learner") / "course"
+    make_release(out, root=ROOT)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    for command in _readme_commands((out / "README.md").read_text()):
+        proc = subprocess.run(["sh", "-c", command], cwd=out, env=env, capture_output=True, text=True,
+                              timeout=1800)
+        assert proc.returncode == 0, f"{command}: {proc.stderr[-3000:]}"
+    python = out / ".venv" / "bin" / "python"
+    assert python.exists()
+    return out, python
+
+
+def _run(copy: Path, python: Path, notebooks: list[Path]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MPLBACKEND")}
+    proc = subprocess.run([str(python), "-c", RUNNER, *map(str, notebooks)], cwd=copy, env=env,
+                          capture_output=True, text=True, timeout=7200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _notebooks(copy: Path) -> list[Path]:
+    return sorted((copy / "book" / "chapters").glob("*.ipynb")) + sorted((copy / "exercises").glob("*.ipynb"))
+
+
+def test_the_copys_packages_are_its_own(learner_copy):
+    copy, python = learner_copy
+    proc = subprocess.run([str(python), "-c", "import json, kvcache, ga2, coursebook, public_checks, answers;"
+                           "print(json.dumps([m.__file__ for m in (kvcache, ga2, coursebook, public_checks, answers)]));"
+                           "import importlib.util as u; print(u.find_spec('graders'))"],
+                          cwd="/", capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr
+    files, graders = proc.stdout.strip().splitlines()
+    assert all(f.startswith(str(copy)) for f in json.loads(files)), files
+    assert graders == "None"                                               # no grader in a learner's venv
+
+
+def test_every_link_between_the_notebooks_resolves_in_the_copy(learner_copy):
+    copy, _ = learner_copy
+    link = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+    followed = 0
+    for path in _notebooks(copy) + [copy / "README.md"]:
+        if path.suffix == ".ipynb":
+            texts = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "markdown"]
+        else:
+            texts = [path.read_text()]
+        for target in (t for text in texts for t in link.findall(text)):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue
+            resolved = (path.parent / target.split("#")[0]).resolve()
+            assert resolved.is_file() and copy.resolve() in resolved.parents, f"{path}: {target}"
+            followed += 1
+    assert followed >= 2 * len(list((copy / "exercises").glob("*.ipynb")))      # both ways, every exercise
+
+
+def test_every_notebook_runs_as_handed_out_then_on_the_learners_answers(learner_copy):
+    copy, python = learner_copy
+    # as handed out: to the end, or stopped by an answer not written yet, named
+    before = _run(copy, python, _notebooks(copy))
+    for path, result in before.items():
+        error = result["error"]
+        if error is not None:
+            assert error["name"] == "NotImplementedError", (path, error)
+            assert re.search(r"is the exercise \w+ of chapter \d+: write it in exercises/\w+\.ipynb",
+                             error["value"]), (path, error)
+    stopped = [p for p, r in before.items() if r["error"]]
+    assert any("book/chapters/01_" in p for p in stopped)                 # chapter 1 calls softmax
+    assert "not written yet" in before[str(copy / "book" / "chapters" / "01_attention_by_hand.ipynb")]["printed"]
+    assert all(before[str(p)]["error"] is None for p in (copy / "exercises").glob("*.ipynb")
+               if p.stem not in ("attention_tail", "mutants"))            # they use the machine's parts
+    # every exercise done: the learner's answers in the notebooks, every notebook to the end
+    for path in (copy / "exercises").glob("*.ipynb"):
+        shutil.copy(ROOT / "solutions" / path.name, path)
+    after = _run(copy, python, _notebooks(copy))
+    failed = {p: r["error"] for p, r in after.items() if r["error"]}
+    assert not failed, failed
+    chapter1 = after[str(copy / "book" / "chapters" / "01_attention_by_hand.ipynb")]["printed"]
+    assert "This chapter runs on your causal_attention and softmax." in chapter1
