@@ -254,3 +254,51 @@ def show_source(fn, start=None, end=None) -> None:
     from IPython.display import display
 
     display(source(fn, start, end))
+
+
+def _field_names(obj) -> list[str]:
+    import dataclasses
+
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise TypeError(f"fields_table shows dataclass instances, got {type(obj).__name__}")
+    return [f.name for f in dataclasses.fields(obj) if f.repr]
+
+
+def fields_table(items, labels=None, formats=None, caption: str = "") -> Table:
+    """Dataclass instances as a table, instead of their repr: a mapping {label: instance} or a
+    list of instances of one class gives a row per instance and a column per field; a single
+    instance gives a row per field ("field", "value").  ``labels`` renames fields
+    ({"n_layers": "layers L"}); ``formats`` is ``table``'s, by field name (default: "," for
+    integers)."""
+    labels = dict(labels or {})
+    if not isinstance(items, (dict, list, tuple)):
+        names = _field_names(items)
+        formats = dict(formats or {})
+        rows = []
+        for name in names:
+            value = getattr(items, name)
+            fmt = formats.get(name, "," if _is_number(value) and isinstance(value, int) else None)
+            rows.append((labels.get(name, name), _cell_text(value, fmt)))
+        return Table(["field", "value"], rows, [False, False], caption)
+    keyed = dict(items) if isinstance(items, dict) else None
+    objects = list(keyed.values()) if keyed is not None else list(items)
+    if not objects:
+        raise ValueError("fields_table needs at least one instance")
+    names = _field_names(objects[0])
+    if any(type(o) is not type(objects[0]) for o in objects):
+        raise TypeError("fields_table shows instances of one class per table, got "
+                        + ", ".join(sorted({type(o).__name__ for o in objects})))
+    unknown = set(formats or {}) - set(names)
+    if unknown:
+        raise ValueError(f"formats for fields that do not exist: {sorted(unknown)}")
+    formats = {n: (formats or {}).get(n, "," if all(isinstance(getattr(o, n), int) and _is_number(getattr(o, n))
+                                                     for o in objects) else None) for n in names}
+    rows = [[getattr(o, n) for n in names] for o in objects]
+    columns = [labels.get(n, n) for n in names]
+    if keyed is not None:
+        rows = [[str(k)] + r for k, r in zip(keyed, rows)]
+        columns = [labels.get("", "key")] + columns
+        formats = [None] + [formats[n] for n in names]
+    else:
+        formats = [formats[n] for n in names]
+    return table(rows, columns, formats, caption)

@@ -259,3 +259,33 @@ def test_show_source_refuses_the_engines_implementation_of_an_answer(capsys):
         show_source(circuit.run)
     show_source(mantissa_shift)
     assert capsys.readouterr().out.startswith("def mantissa_shift(x: float)")
+
+
+def test_fields_table_shows_dataclasses_as_tables_not_reprs():
+    import dataclasses
+
+    from coursebook import fields_table
+
+    @dataclasses.dataclass(frozen=True)
+    class Shape:
+        name: str
+        layers: int
+        params: int
+        hidden: int = dataclasses.field(default=0, repr=False)
+
+    shapes = {"small": Shape("small model", 4, 1_000_000), "large": Shape("large model", 32, 7_000_000_000)}
+    rows = cells(fields_table(shapes, labels={"layers": "layers L"})._repr_html_()).rows
+    assert rows == [["key", "name", "layers L", "params"], ["small", "small model", "4", "1,000,000"],
+                    ["large", "large model", "32", "7,000,000,000"]]
+    assert cells(fields_table(list(shapes.values()))._repr_html_()).rows[0] == ["name", "layers", "params"]
+    one = cells(fields_table(shapes["large"], formats={"params": ".1e"})._repr_html_()).rows
+    assert one == [["field", "value"], ["name", "large model"], ["layers", "32"], ["params", "7.0e+09"]]
+    assert "Shape(" not in str(fields_table(shapes)) and "Shape(" not in fields_table(shapes)._repr_markdown_()
+    with pytest.raises(TypeError, match="dataclass instances, got dict"):
+        fields_table({"a": {"x": 1}})
+    with pytest.raises(TypeError, match="dataclass instances, got type"):
+        fields_table(Shape)
+    with pytest.raises(ValueError, match="fields that do not exist: \\['size'\\]"):
+        fields_table(shapes, formats={"size": ","})
+    with pytest.raises(ValueError, match="at least one"):
+        fields_table([])
