@@ -10,9 +10,12 @@ A chapter's visible code should teach; the plumbing lives here, out of the reade
   and ``glue_prose(name=sentence, ...)`` for sentences (``{glue:md}`name```);
 * ``table(rows, columns, formats)``: a real table (HTML on the site, Markdown and text too)
   instead of print-formatted columns; ``matrix(M)``: an array as a table;
+* ``fields_table(items)``: dataclass instances as a table (a row per instance, or a row per field
+  of one instance), never their repr;
 * ``vec(x)``: a vector as text, "(0.7517, 1.5035)", for the prose;
-* ``show_source(fn)``: print an engine function's source, refusing any function an exercise
-  grades (the course never shows an answer);
+* ``show_source(fn, start, end)``: an engine function's source, highlighted and wrapped to the
+  text column, or only the lines the text discusses; it refuses any function an exercise grades
+  (the course never shows an answer);
 * ``rel_err``, and the words that describe a measured figure (``times_word``, ``relation_word``,
   ``growth_word``, ``against_prediction``), so that the text stays true on a slow or a busy
   machine; ``and_join`` lists items for a sentence ("1, 2, 3 and 5").
@@ -22,10 +25,10 @@ threads (``kvcache.machine.limit_blas_threads``) after importing it.
 """
 from __future__ import annotations
 
-from .display import Table, graded_names, matrix, show_source, table, vec
+from .display import Table, fields_table, graded_names, matrix, show_source, source, table, vec
 from .glue import glue_all, glue_prose
 from .numbers import against_prediction, and_join, growth_word, rel_err, relation_word, times_word
 from .style import setup
 
-__all__ = ["setup", "glue_all", "glue_prose", "Table", "table", "matrix", "vec", "show_source", "graded_names",
-           "rel_err", "times_word", "relation_word", "growth_word", "against_prediction", "and_join"]
+__all__ = ["setup", "glue_all", "glue_prose", "Table", "table", "fields_table", "matrix", "vec", "show_source",
+           "source", "graded_names", "rel_err", "times_word", "relation_word", "growth_word", "against_prediction", "and_join"]

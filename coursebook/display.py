@@ -136,10 +136,66 @@ def _counterpart_of(fn):
     return None
 
 
-def show_source(fn) -> None:
-    """Print the source of an engine function, the code that runs on this page.  A function an
-    exercise grades is refused, and so is the engine's own implementation of one: a chapter
-    teaches it by its maths and its results, and links to the exercise."""
+class Source:
+    """Lines of an engine function's source, for a page: highlighted HTML on the site and in
+    JupyterLab (each line a block of its own, so a line longer than the column wraps under its own
+    indentation instead of running past the column's edge), and plain text for ``print`` and tests.
+
+    ``lines`` is [(line number in the file, text)], in order; a gap in the numbers is drawn as one
+    "..." line at the indentation of the line after it.
+    """
+
+    def __init__(self, title: str, lines):
+        self.title = title
+        self.lines = list(lines)
+
+    def _shown(self):
+        """[(line number or None for an elision, text)]: the lines with "..." where some are left out."""
+        shown, previous = [], None
+        for number, text in self.lines:
+            if previous is not None and number != previous + 1:
+                indent = len(text) - len(text.lstrip())
+                shown.append((None, " " * indent + "..."))
+            shown.append((number, text))
+            previous = number
+        return shown
+
+    @property
+    def first(self) -> int:
+        return self.lines[0][0]
+
+    @property
+    def last(self) -> int:
+        return self.lines[-1][0]
+
+    def __str__(self) -> str:
+        return "\n".join(text for _, text in self._shown())
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+
+        shown = self._shown()
+        # One highlight of the whole text, so that strings and docstrings spanning lines are
+        # coloured as Python reads them; the formatter closes its spans at each line's end.
+        coloured = highlight("\n".join(text for _, text in shown), PythonLexer(stripnl=False),
+                             HtmlFormatter(nowrap=True)).split("\n")
+        body = []
+        for (_, text), line in zip(shown, coloured):
+            hang = len(text) - len(text.lstrip()) + 4      # wrapped parts sit under the code, indented
+            body.append(f'<span class="cs-line" style="display: block; padding-left: {hang}ch; '
+                        f'text-indent: -{hang}ch">{line or " "}</span>')
+        title = html.escape(f"{self.title}, lines {self.first}-{self.last}")
+        return (f'<div class="coursebook-source highlight-python notranslate">'
+                f'<div class="coursebook-source-title">{title}</div>'
+                f'<div class="highlight"><pre style="white-space: pre-wrap">{"".join(body)}</pre></div></div>')
+
+
+def _refuse_graded(fn) -> None:
+    """Raise GradedSourceError when ``fn`` is graded by an exercise or implements an answer."""
     name = getattr(fn, "__name__", "")
     if name in graded_names():
         raise GradedSourceError(f"{name} is graded by an exercise: a chapter never shows its source")
@@ -147,4 +203,108 @@ def show_source(fn) -> None:
     if part is not None:
         raise GradedSourceError(f"{part.spec} implements the answer of the exercise {part.exercise} "
                                 f"(chapter {part.chapter}): a chapter never shows its source")
-    print(inspect.getsource(fn))
+
+
+def _find_line(lines, where, after: int, name: str, what: str) -> int:
+    """The index in ``lines`` of ``where``: a line number of the function (1 is its first line),
+    or the first line from index ``after`` on that contains the text ``where``."""
+    if isinstance(where, bool) or not isinstance(where, (int, str)):
+        raise TypeError(f"{what} must be a line number or a text the line contains, got {where!r}")
+    if isinstance(where, int):
+        if not 1 <= where <= len(lines):
+            raise ValueError(f"{what}={where}: {name} has lines 1 to {len(lines)}")
+        return where - 1
+    for i in range(after, len(lines)):
+        if where in lines[i]:
+            return i
+    raise ValueError(f"{what}={where!r}: no line of {name} contains it"
+                     + (f" after line {after}" if after else ""))
+
+
+def _header_length(lines) -> int:
+    """How many of a function's source lines are its decorators and its signature."""
+    import ast
+    import textwrap
+
+    node = ast.parse(textwrap.dedent("\n".join(lines))).body[0]
+    return node.body[0].lineno - 1
+
+
+def source(fn, start=None, end=None) -> Source:
+    """The source of an engine function as a ``Source``, or the part of it the text discusses:
+    from ``start`` to ``end`` (both included), each a line number of the function (1 is its
+    ``def``) or a text that the line contains (``start`` the first line that does, ``end`` the
+    first one from ``start`` on).  A part keeps the function's signature above it, and "..."
+    where lines are left out.  A function an exercise grades is refused (GradedSourceError)."""
+    _refuse_graded(fn)
+    lines, first = inspect.getsourcelines(fn)
+    margin = len(lines[0]) - len(lines[0].lstrip())       # a method is shown from its own margin
+    lines = [line.rstrip("\n") for line in lines]
+    lines = [line[margin:] if line[:margin].strip() == "" else line.lstrip() for line in lines]
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", repr(fn)))
+    lo = 0 if start is None else _find_line(lines, start, 0, name, "start")
+    hi = len(lines) - 1 if end is None else _find_line(lines, end, lo, name, "end")
+    if hi < lo:
+        raise ValueError(f"end={end!r} is line {hi + 1} of {name}, before start={start!r} (line {lo + 1})")
+    keep = sorted(set(range(min(_header_length(lines), lo))) | set(range(lo, hi + 1)))
+    title = f"{getattr(fn, '__module__', '')}.{name}".lstrip(".")
+    return Source(title, [(first + i, lines[i]) for i in keep])
+
+
+def show_source(fn, start=None, end=None) -> None:
+    """Show the source of an engine function, the code that runs on this page, highlighted and
+    sized to the text column (in a notebook; ``print`` elsewhere); ``start`` and ``end`` keep
+    only the lines the text discusses (see ``source``).  A function an exercise grades is
+    refused, and so is the engine's own implementation of one: a chapter teaches it by its maths
+    and its results, and links to the exercise."""
+    from IPython.display import display
+
+    display(source(fn, start, end))
+
+
+def _field_names(obj) -> list[str]:
+    import dataclasses
+
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise TypeError(f"fields_table shows dataclass instances, got {type(obj).__name__}")
+    return [f.name for f in dataclasses.fields(obj) if f.repr]
+
+
+def fields_table(items, labels=None, formats=None, caption: str = "") -> Table:
+    """Dataclass instances as a table, instead of their repr: a mapping {label: instance} or a
+    list of instances of one class gives a row per instance and a column per field; a single
+    instance gives a row per field ("field", "value").  ``labels`` renames fields
+    ({"n_layers": "layers L"}); ``formats`` is ``table``'s, by field name (default: "," for
+    integers)."""
+    labels = dict(labels or {})
+    if not isinstance(items, (dict, list, tuple)):
+        names = _field_names(items)
+        formats = dict(formats or {})
+        rows = []
+        for name in names:
+            value = getattr(items, name)
+            fmt = formats.get(name, "," if _is_number(value) and isinstance(value, int) else None)
+            rows.append((labels.get(name, name), _cell_text(value, fmt)))
+        return Table(["field", "value"], rows, [False, False], caption)
+    keyed = dict(items) if isinstance(items, dict) else None
+    objects = list(keyed.values()) if keyed is not None else list(items)
+    if not objects:
+        raise ValueError("fields_table needs at least one instance")
+    names = _field_names(objects[0])
+    if any(type(o) is not type(objects[0]) for o in objects):
+        raise TypeError("fields_table shows instances of one class per table, got "
+                        + ", ".join(sorted({type(o).__name__ for o in objects})))
+    unknown = set(formats or {}) - set(names)
+    if unknown:
+        raise ValueError(f"formats for fields that do not exist: {sorted(unknown)}")
+    formats = {n: (formats or {}).get(n, "," if all(isinstance(getattr(o, n), int) and _is_number(getattr(o, n))
+                                                     for o in objects) else None) for n in names}
+    rows = [[getattr(o, n) for n in names] for o in objects]
+    columns = [labels.get(n, n) for n in names]
+    if keyed is not None:
+        rows = [[str(k)] + r for k, r in zip(keyed, rows)]
+        columns = [labels.get("", "key")] + columns
+        formats = [None] + [formats[n] for n in names]
+    else:
+        formats = [formats[n] for n in names]
+    return table(rows, columns, formats, caption)

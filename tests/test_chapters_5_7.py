@@ -125,7 +125,7 @@ def test_ch5_the_cached_model_equals_the_reference_and_the_loaded_one(ch5):
     assert float(g["ch5_cached_gap"]) < 1e-5
     text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
     assert "the loaded model gives the same logits: True" in text
-    assert "refused: state dict does not fit the config: model.layers.2.mlp.up_proj.weight has shape (352, 64)" in text
+    assert "refused: state dict does not fit the config:\n  model.layers.2.mlp.up_proj.weight has shape (352, 64)" in text
     assert "prompt 0: 8 new tokens:" in text and "bytes allocated" in text      # the command line ran
     assert "same NaN, unchanged: True" in text and "reaches the output of sequence: [0]" in text
     assert number(g["ch5_st_header"]) > 0

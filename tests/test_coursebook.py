@@ -2,6 +2,8 @@
 words for measured figures)."""
 from __future__ import annotations
 
+import html
+import re
 import subprocess
 import sys
 import types
@@ -93,6 +95,73 @@ def test_show_source_prints_the_engine_but_never_an_answer(capsys):
         with pytest.raises(GradedSourceError, match="graded by an exercise"):
             show_source(graded)
     show_source(attend)
+
+
+def _walk(steps, limit=3):
+    """A function for show_source to cut: a docstring, a loop, a return."""
+    total = 0
+    for step in steps:
+        if step > limit:
+            break
+        total += step
+    return total
+
+
+class _Holder:
+    def method(self, x):
+        return x + 1
+
+
+def test_source_keeps_the_lines_the_text_discusses():
+    from coursebook.display import source
+    whole = source(_walk)
+    first = _walk.__code__.co_firstlineno
+    assert str(whole).splitlines()[0] == "def _walk(steps, limit=3):"
+    assert (whole.first, whole.last) == (first, first + 7) and len(str(whole).splitlines()) == 8
+    loop = source(_walk, "for step", "total += step")
+    assert str(loop).splitlines() == ["def _walk(steps, limit=3):", "    ...", "    for step in steps:",
+                                      "        if step > limit:", "            break",
+                                      "        total += step"]
+    assert (loop.first, loop.last) == (first, first + 6)
+    assert str(source(_walk, 8)).splitlines() == ["def _walk(steps, limit=3):", "    ...", "    return total"]
+    # "total" first appears on line 3; the end is searched from the start on
+    assert str(source(_walk, "total = 0", "total")).splitlines()[-1] == "    total = 0"
+    assert str(source(_Holder.method)).splitlines() == ["def method(self, x):", "    return x + 1"]
+    for bad, message in (({"start": "no such text"}, "no line of _walk contains it"),
+                         ({"start": 0}, "_walk has lines 1 to 8"), ({"end": 9}, "_walk has lines 1 to 8"),
+                         ({"start": "return total", "end": 2}, "before start")):
+        with pytest.raises(ValueError, match=message):
+            source(_walk, **bad)
+    with pytest.raises(TypeError, match="start must be a line number or a text"):
+        source(_walk, start=2.0)
+
+
+def test_source_html_is_highlighted_and_wraps_under_its_indentation():
+    from coursebook.display import source
+    page = source(_walk, "for step", "break")._repr_html_()
+    lines = re.findall(r'<span class="cs-line" style="display: block; padding-left: (\d+)ch; '
+                       r'text-indent: -(\d+)ch">(.*?)</span>(?=<span class="cs-line"|</pre>)', page)
+    assert [int(pad) for pad, _, _ in lines] == [4, 8, 8, 12, 16]       # indentation + 4
+    assert all(pad == indent for pad, indent, _ in lines)
+    assert '<span class="k">for</span>' in page and '<span class="k">break</span>' in page
+    assert "white-space: pre-wrap" in page and f"_walk, lines {_walk.__code__.co_firstlineno}-" in page
+    text = re.sub(r"<[^>]+>", "", "\n".join(line for _, _, line in lines))
+    assert html.unescape(text) == str(source(_walk, "for step", "break"))
+
+
+def test_show_source_displays_each_call_in_a_notebook():
+    """In a kernel every call is displayed (a cell may show several functions), as HTML."""
+    from IPython.core.interactiveshell import InteractiveShell
+    shown = []
+    shell = InteractiveShell.instance()
+    try:
+        shell.display_pub.publish = lambda data, metadata=None, **kw: shown.append(data)
+        show_source(_walk)
+        show_source(_walk, "return total")
+    finally:
+        InteractiveShell.clear_instance()
+    assert len(shown) == 2 and all("text/html" in d and "coursebook-source" in d["text/html"] for d in shown)
+    assert shown[1]["text/plain"] == "def _walk(steps, limit=3):\n    ...\n    return total"
 
 
 def test_words_for_measured_figures():
@@ -190,3 +259,33 @@ def test_show_source_refuses_the_engines_implementation_of_an_answer(capsys):
         show_source(circuit.run)
     show_source(mantissa_shift)
     assert capsys.readouterr().out.startswith("def mantissa_shift(x: float)")
+
+
+def test_fields_table_shows_dataclasses_as_tables_not_reprs():
+    import dataclasses
+
+    from coursebook import fields_table
+
+    @dataclasses.dataclass(frozen=True)
+    class Shape:
+        name: str
+        layers: int
+        params: int
+        hidden: int = dataclasses.field(default=0, repr=False)
+
+    shapes = {"small": Shape("small model", 4, 1_000_000), "large": Shape("large model", 32, 7_000_000_000)}
+    rows = cells(fields_table(shapes, labels={"layers": "layers L"})._repr_html_()).rows
+    assert rows == [["key", "name", "layers L", "params"], ["small", "small model", "4", "1,000,000"],
+                    ["large", "large model", "32", "7,000,000,000"]]
+    assert cells(fields_table(list(shapes.values()))._repr_html_()).rows[0] == ["name", "layers", "params"]
+    one = cells(fields_table(shapes["large"], formats={"params": ".1e"})._repr_html_()).rows
+    assert one == [["field", "value"], ["name", "large model"], ["layers", "32"], ["params", "7.0e+09"]]
+    assert "Shape(" not in str(fields_table(shapes)) and "Shape(" not in fields_table(shapes)._repr_markdown_()
+    with pytest.raises(TypeError, match="dataclass instances, got dict"):
+        fields_table({"a": {"x": 1}})
+    with pytest.raises(TypeError, match="dataclass instances, got type"):
+        fields_table(Shape)
+    with pytest.raises(ValueError, match="fields that do not exist: \\['size'\\]"):
+        fields_table(shapes, formats={"size": ","})
+    with pytest.raises(ValueError, match="at least one"):
+        fields_table([])

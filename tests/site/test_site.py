@@ -11,6 +11,9 @@ test loads the page from a loopback server and checks what a learner would see:
 * widget views render where the notebook saved widget state, and every control inside a cell
   output responds: changed once the way a reader would (``controls.exercise_controls``), it
   redraws something else in its output, and nothing then says NaN;
+* every cell output fits the text column, before and after the controls were changed
+  (``widths.wide_outputs``: nothing past the column's edge, nothing that scrolls sideways or is
+  cut, no choice narrower than its options);
 * the console shows no errors, no request failed, and no request left the loopback server (each
   is blocked and reported): the site reads offline;
 * MathJax is only on pages with math; the widget host (``_static/vendor/widgets/host.js``) only
@@ -35,6 +38,7 @@ import pytest
 import yaml
 
 from controls import exercise_controls
+from widths import wide_outputs
 
 # The book to test: this repository, or another checkout of it (KVCOURSE_BOOK_ROOT).
 ROOT = Path(os.environ.get("KVCOURSE_BOOK_ROOT") or Path(__file__).resolve().parents[2])
@@ -269,7 +273,10 @@ def test_page(page_path, site, base_url, browser, screenshots):
         page.screenshot(path=str(screenshots / screenshot_name(page_path)), full_page=True)
         info = page.evaluate(COLLECT_JS)
         widgets = page.evaluate(WIDGETS_JS)
+        wide = wide_outputs(page)
         exercised = exercise_controls(page)
+        if exercised["controls"]:
+            wide += [f"after the controls were changed, {w}" for w in wide_outputs(page)]
         after = screenshots / screenshot_name(page_path).replace(".png", "__controls.png")
         if exercised["controls"]:
             page.screenshot(path=str(after), full_page=True)
@@ -318,6 +325,10 @@ def test_page(page_path, site, base_url, browser, screenshots):
         problems.append(f"control: {name}")
     if exercised["controls"]:
         print(f"{page_path}: {len(exercised['controls'])} controls changed:\n  " + "\n  ".join(exercised["controls"]))
+
+    # outputs that do not fit the text column
+    for finding in wide:
+        problems.append(f"wider than the text column: {finding}")
 
     # images
     for img in info["images"]:
