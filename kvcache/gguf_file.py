@@ -226,8 +226,8 @@ def read_state_dict(source, config: dict | None = None, dtype=np.float32) -> dic
     return state
 
 
-def read_model(path, dtype=np.float32) -> tuple[dict, dict[str, np.ndarray]]:
-    """(config.json keys, transformers' state dict) of the GGUF file at ``path``."""
-    reader = open_gguf(path)
+def read_model(source, dtype=np.float32) -> tuple[dict, dict[str, np.ndarray]]:
+    """(config.json keys, transformers' state dict) of a GGUF file (a path, or a reader on it)."""
+    reader = _reader(source)
     config = read_config(reader)
     return config, read_state_dict(reader, config, dtype)

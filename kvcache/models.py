@@ -16,7 +16,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ModelNotInstalled", "PackagedModel", "MODELS", "model_path", "resolve"]
+__all__ = ["ModelNotInstalled", "PackagedModel", "MODELS", "model_path", "resolve", "load_with_tokenizer"]
 
 
 class ModelNotInstalled(FileNotFoundError):
@@ -69,3 +69,20 @@ def resolve(name_or_path) -> Path:
     if not path.exists() and str(name_or_path) in MODELS:
         return model_path(str(name_or_path))
     return path
+
+
+def load_with_tokenizer(name_or_path, dtype="float32"):
+    """(Model, Tokenizer or None) of a model name, a GGUF file or a save_pretrained folder.
+
+    A GGUF file is opened once for both (its reader parses the whole vocabulary); a folder's
+    tokenizer is its tokenizer.json (None when it has none)."""
+    from .gguf_file import is_gguf, open_gguf, read_model
+    from .model import Model
+    from .tokenizer import Tokenizer, load_tokenizer
+
+    path = resolve(name_or_path)
+    if is_gguf(path):
+        reader = open_gguf(path)
+        config, state = read_model(reader, dtype)
+        return Model.from_hf(state, config, dtype), Tokenizer.from_gguf(reader)
+    return Model.load(path, dtype=dtype), load_tokenizer(path)
