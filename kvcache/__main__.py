@@ -1,13 +1,18 @@
 """The engine's command line: ``python -m kvcache generate ...``.
 
+    python -m kvcache generate --model smollm2-135m-instruct --chat --prompt "What is a KV cache?"
     python -m kvcache generate --random --prompt-ids 1 2 3 --prompt-ids 4 5
     python -m kvcache generate --model PATH --prompt "The cache" --beams 4
     python -m kvcache generate --random --prompt-ids 7 8 9 --cache-dtype int8 --max-new-tokens 64
 
-``--model`` reads a folder written by transformers' ``save_pretrained`` (config.json and
-safetensors); with a tokenizer.json beside them, ``--prompt`` takes text and the output is
-decoded back to text.  ``--random`` builds a random Llama model (sizes from the flags).  Each
-``--prompt-ids`` or ``--prompt`` is one sequence of the batch.  Printed: the new tokens of each
+``--model`` takes the name of an installed model (``kvcache.models``), a GGUF file, or a folder
+written by transformers' ``save_pretrained`` (config.json and safetensors).  With a tokenizer
+(the GGUF file's own, or a tokenizer.json in the folder), ``--prompt`` takes text and the output
+is decoded back to text; ``--chat`` makes each prompt a user turn of the model's chat template
+(``--system`` adds a system turn), and generation stops at the template's end-of-turn token,
+the model's EOS.  ``--random`` builds a random Llama model (sizes from the flags).  Each
+``--prompt-ids`` or ``--prompt`` is one sequence of the batch.  A single text prompt decoded
+greedily is printed as it is generated, token by token.  Printed: the new tokens of each
 prompt, the prefill and decode speed in tokens per second, and the cache's bytes (allocated for
 L_max positions, and used).  ``--json`` prints the same as one JSON object.
 """
@@ -17,7 +22,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -26,7 +30,10 @@ from .cache_dtypes import CACHE_DTYPES
 from .checkpoint import CheckpointError
 from .config import UnsupportedConfig
 from .generate import beam_search, greedy
+from .gguf_file import GGUFError
 from .model import Model, StateDictError
+from .models import load_with_tokenizer
+from .tokenizer import TokenizerError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,12 +42,17 @@ def _parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="generate tokens with the KV cache",
                          description="Greedy decoding (or beam search with --beams) with the KV cache.")
     source = gen.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", metavar="PATH", help="a save_pretrained folder (config.json, safetensors)")
+    source.add_argument("--model", metavar="NAME|PATH",
+                        help="an installed model's name (smollm2-135m-instruct), a .gguf file, or a "
+                             "save_pretrained folder (config.json, safetensors)")
     source.add_argument("--random", action="store_true", help="a random Llama model (see the size flags)")
     gen.add_argument("--prompt-ids", metavar="ID", type=int, nargs="+", action="append", default=[],
                      help="token ids of one prompt (repeat the flag for a batch)")
     gen.add_argument("--prompt", action="append", default=[],
-                     help="a prompt as text (needs tokenizer.json in the model folder; repeatable)")
+                     help="a prompt as text (needs the model's tokenizer; repeatable)")
+    gen.add_argument("--chat", action="store_true",
+                     help="each --prompt is a user turn of the model's chat template")
+    gen.add_argument("--system", default=None, help="with --chat: a system turn before each prompt")
     gen.add_argument("--max-new-tokens", type=int, default=32)
     gen.add_argument("--beams", type=int, default=1, help="beam search with this many beams (1: greedy)")
     gen.add_argument("--length-penalty", type=float, default=1.0)
@@ -64,14 +76,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _tokenizer(folder):
-    """The folder's tokenizer.json as a ``tokenizers.Tokenizer``, or None when there is none."""
-    if folder is None or not (Path(folder) / "tokenizer.json").is_file():
-        return None
-    from tokenizers import Tokenizer
-    return Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
-
-
 def _eos(arg, model):
     if arg is None:
         return model.config.eos_token_id
@@ -83,8 +87,27 @@ def _eos(arg, model):
         raise ValueError(f"--eos takes a token id or 'none', got {arg!r}") from None
 
 
-def generate_command(args) -> dict:
-    """Run ``generate``; returns what is printed (a dict)."""
+class _StreamingTrace(list):
+    """A greedy run's trace that shows each step's token as text as soon as the step is recorded
+    (one sequence: each step holds its one new token)."""
+
+    def __init__(self, stream, show):
+        super().__init__()
+        self.stream, self.show = stream, show
+
+    def append(self, step):
+        super().append(step)
+        for token in step["tokens"]:
+            self.show(self.stream.push(token))
+
+
+def _show(text: str) -> None:
+    print(text, end="", flush=True)
+
+
+def generate_command(args, show=None) -> dict:
+    """Run ``generate``; returns what is printed (a dict).  ``show(text)``, when given, receives
+    the reply of a single text prompt piece by piece as greedy decoding produces it."""
     if args.random:
         config = {"vocab_size": args.vocab_size, "hidden_size": args.hidden_size,
                   "intermediate_size": args.intermediate_size, "num_hidden_layers": args.layers,
@@ -93,21 +116,28 @@ def generate_command(args) -> dict:
         model = Model.random(config, seed=args.seed, dtype=args.dtype)
         tokenizer = None
     else:
-        model = Model.load(args.model, dtype=args.dtype)
-        tokenizer = _tokenizer(args.model)
+        model, tokenizer = load_with_tokenizer(args.model, dtype=args.dtype)
     if args.prompt and tokenizer is None:
-        raise ValueError("--prompt needs a tokenizer.json in the --model folder; use --prompt-ids")
+        raise ValueError("--prompt needs a tokenizer.json in the --model folder (or a GGUF file, which "
+                         "holds its tokenizer); use --prompt-ids")
+    if args.chat and not args.prompt:
+        raise ValueError("--chat takes its turns from --prompt (text)")
+    if args.system is not None and not args.chat:
+        raise ValueError("--system needs --chat")
     prompts = [list(p) for p in args.prompt_ids]
     if tokenizer is not None:
-        prompts += [tokenizer.encode(text).ids for text in args.prompt]
+        prompts += [tokenizer.chat_ids(text, args.system) if args.chat else tokenizer.encode(text)
+                    for text in args.prompt]
     if not prompts:
         raise ValueError("give at least one --prompt-ids (or --prompt with a tokenizer)")
     eos = _eos(args.eos, model)
     early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
+    streaming = show is not None and tokenizer is not None and args.beams == 1 and len(prompts) == 1 \
+        and bool(args.prompt)
     start = time.perf_counter()
     traces: list[list] = []
     if args.beams == 1:
-        trace: list = []
+        trace: list = _StreamingTrace(tokenizer.stream(), show) if streaming else []
         outputs = greedy(model, prompts, args.max_new_tokens, eos, args.cache, cache_dtype=args.cache_dtype,
                          trace=trace)
         traces.append(trace)
@@ -145,13 +175,16 @@ def generate_command(args) -> dict:
     }
     if tokenizer is not None:
         result["texts"] = [tokenizer.decode(o) for o in outputs]
+    result["streamed"] = streaming
     return result
 
 
 def _print(result: dict) -> None:
+    if result["streamed"]:
+        print("\n")                            # end the streamed reply, then a blank line
     for i, out in enumerate(result["outputs"]):
         print(f"prompt {i}: {len(out)} new tokens: {' '.join(map(str, out))}")
-        if "texts" in result:
+        if "texts" in result and not result["streamed"]:
             print(f"  text: {result['texts'][i]}")
 
     def rate(x):
@@ -168,8 +201,9 @@ def _print(result: dict) -> None:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
-        result = generate_command(args)
-    except (ValueError, TypeError, UnsupportedConfig, StateDictError, CheckpointError, OSError) as err:
+        result = generate_command(args, show=None if args.json else _show)
+    except (ValueError, TypeError, UnsupportedConfig, StateDictError, CheckpointError, GGUFError,
+            TokenizerError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if args.json:

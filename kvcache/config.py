@@ -14,17 +14,27 @@ plus ``max_position_embeddings`` (the positions it was trained on), ``rms_norm_e
 ``rope_theta`` (the base of the rotary frequencies), and ``tie_word_embeddings`` (the output layer
 reuses the embedding table).
 
-Everything else a config can say either does not change the forward pass (token ids, training
-settings, metadata: listed in ``IGNORED_KEYS``) or changes it in a way this engine does not
-implement: those are refused by name (``UnsupportedConfig``), never silently ignored.  A key this
-engine has never heard of is refused too: it might change the maths.
+Which keys count is decided by what transformers' ``LlamaConfig`` and ``LlamaForCausalLM``
+actually read to compute the logits: the sizes above, ``hidden_act``, ``attention_bias``,
+``mlp_bias``, the rotary settings (``rope_theta``, ``rope_scaling`` or ``rope_parameters``,
+``partial_rotary_factor``), ``tie_word_embeddings`` and ``quantization_config``.  Each is either
+implemented or refused by name at a value this engine does not implement (``UnsupportedConfig``:
+Llama-3's rotary scaling, biases, another activation, quantized weights).  A key they do not read
+cannot change what transformers computes, so it is ignored: token ids, training settings
+(``attention_dropout``, ``pretraining_tp``: slices of the same products), bookkeeping
+(``_name_or_path``, ``torch_dtype``, ``use_cache``; ``IGNORED_KEYS`` lists the common ones) and
+other tools' notes (``transformers.js_config``, ``is_llama_config``).  The exception is a setting
+that changes the forward pass of the models that write it and that neither transformers' Llama
+nor this engine implements (``REFUSED_KEYS``: sliding windows, logit soft-capping, mixtures of
+experts, interleaved rotary pairs...): at any value but its neutral one it is refused by name,
+since ignoring it would run a different model than the one the checkpoint was trained as.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
 
-__all__ = ["ModelConfig", "UnsupportedConfig", "IGNORED_KEYS"]
+__all__ = ["ModelConfig", "UnsupportedConfig", "IGNORED_KEYS", "REFUSED_KEYS"]
 
 
 class UnsupportedConfig(ValueError):
@@ -43,8 +53,22 @@ IGNORED_KEYS = frozenset({
     "id2label", "label2id", "problem_type", "finetuning_task", "tokenizer_class", "prefix",
     "task_specific_params", "cross_attention_hidden_size", "tf_legacy_loss",
     "use_bfloat16", "pruned_heads", "_attn_implementation", "_attn_implementation_autoset",
-    "quantization_config_applied",
+    "quantization_config_applied", "_model_name_or_path", "unk_token_id", "is_llama_config",
+    "transformers.js_config", "_commit_hash", "model_name", "max_length", "generation_config",
 })
+
+# Settings of related architectures that change the forward pass when set, read by neither
+# transformers' Llama nor this engine, each with the values that mean "not set".
+REFUSED_KEYS = {
+    "sliding_window": (None,), "use_sliding_window": (False, None), "max_window_layers": (None,),
+    "layer_types": (None,), "rope_interleaved": (False, None),
+    "attn_logit_softcapping": (None,), "final_logit_softcapping": (None,),
+    "query_pre_attn_scalar": (None,), "qk_layernorm": (False, None), "use_qk_norm": (False, None),
+    "embedding_multiplier": (None, 1, 1.0), "logits_scaling": (None, 1, 1.0),
+    "residual_multiplier": (None, 1, 1.0), "attention_multiplier": (None,),
+    "num_local_experts": (None, 0), "num_experts": (None, 0), "num_experts_per_tok": (None, 0),
+    "no_rope_layers": (None,), "quantization_config": (None,),
+}
 
 # What the Llama architecture itself pins: a value other than these is a different model.
 _FIXED = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
@@ -142,11 +166,14 @@ class ModelConfig:
         eos = cfg.get("eos_token_id")
         if isinstance(eos, list):
             eos = tuple(eos)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(k for k in cfg if k not in known and k not in IGNORED_KEYS)
-        if unknown:
-            raise UnsupportedConfig(f"config key(s) {', '.join(map(repr, unknown))} not understood by this "
-                                    "engine: refused rather than ignored, since they may change the model")
+        quantization = cfg.get("quantization_config")
+        if isinstance(quantization, dict) and quantization.get("quant_method") == "gguf":
+            del cfg["quantization_config"]       # transformers dequantized a GGUF file: plain tensors
+        refused = sorted(k for k in cfg if k in REFUSED_KEYS and not _neutral(cfg[k], REFUSED_KEYS[k]))
+        if refused:
+            raise UnsupportedConfig(f"config key(s) {', '.join(map(repr, refused))} not supported by this "
+                                    "engine: refused rather than ignored, since they change the model "
+                                    f"({', '.join(f'{k}={cfg[k]!r}' for k in refused)})")
         heads = cfg["num_attention_heads"]
         hidden = cfg["hidden_size"]
         head_dim = cfg.get("head_dim")
@@ -175,6 +202,13 @@ class ModelConfig:
             out[f.name] = list(value) if isinstance(value, tuple) else value
         out["rope_scaling"] = None
         return out
+
+
+def _neutral(value, neutral: tuple) -> bool:
+    """True when ``value`` is one of the values that leave the forward pass as it is (booleans
+    compared as booleans: True is not the neutral 1)."""
+    return any(value is n if isinstance(n, bool) or n is None or isinstance(value, bool) else value == n
+               for n in neutral)
 
 
 def _rope_theta(cfg: dict) -> float:

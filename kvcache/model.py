@@ -216,7 +216,15 @@ class Model:
 
     @classmethod
     def load(cls, path, dtype=np.float32) -> "Model":
-        """A model from a folder written by ``save_pretrained`` (config.json and safetensors)."""
+        """A model from a folder written by ``save_pretrained`` (config.json and safetensors), a
+        GGUF file (``kvcache.gguf_file``), or the name of an installed model (``kvcache.models``)."""
+        from .gguf_file import is_gguf, read_model
+        from .models import resolve
+
+        path = resolve(path)
+        if is_gguf(path):
+            config, state = read_model(path, _dtype(dtype))
+            return cls.from_hf(state, config, dtype)
         config = read_config(path)
         cfg = ModelConfig.from_dict(config)        # refuse an unsupported model before reading tensors
         return cls.from_hf(read_state_dict(path), cfg, dtype)

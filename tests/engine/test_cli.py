@@ -93,3 +93,20 @@ def test_python_dash_m_kvcache():
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "prompt 0: 3 new tokens:" in done.stdout and "cache:" in done.stdout
+
+
+def test_a_single_text_prompt_is_shown_token_by_token(folder, capsys):
+    from kvcache.__main__ import _parser, generate_command
+
+    pieces = []
+    args = _parser().parse_args(["generate", "--model", str(folder), "--prompt", "the cache keeps",
+                                 "--max-new-tokens", "6", "--eos", "none"])
+    result = generate_command(args, show=pieces.append)
+    expected = greedy(Model.load(folder), [[1, 2, 3]], 6)[0]
+    assert result["outputs"] == [expected] and result["streamed"]
+    assert len(pieces) == 6 and "".join(pieces) == result["texts"][0]
+    # several prompts, beams, or --json: printed at the end instead
+    code, out, err = run(capsys, "--model", str(folder), "--prompt", "the cache", "--prompt", "keys",
+                         "--max-new-tokens", "3")
+    assert code == 0, err
+    assert out.startswith("prompt 0: 3 new tokens:") and "  text: " in out
