@@ -18,7 +18,7 @@ A chapter's visible code should teach; the plumbing lives here, out of the reade
   machine; ``and_join`` lists items for a sentence ("1, 2, 3 and 5").
 
 Importing this package imports neither numpy nor matplotlib: a chapter may limit numpy's
-threads (``kvcache.machine.limit_blas_threads``) after importing it.
+threads (``kvcache.blas.limit_blas_threads``) after importing it.
 """
 from __future__ import annotations
 
