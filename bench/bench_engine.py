@@ -242,8 +242,9 @@ def _timed(fn) -> float:
 
 
 def attention_bandwidth() -> None:
-    from lessons.bandwidth import copy_bandwidth, last_level_cache_bytes
     from kvcache.gqa import decode_attention
+    from lessons.bandwidth import copy_bandwidth
+    from lessons.machine_facts import last_level_cache_bytes
     from lessons.memory import GIB, MIB
 
     llc = last_level_cache_bytes()

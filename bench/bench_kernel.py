@@ -48,10 +48,10 @@ def _buffers(rows: int, rng_key: int = 0):
     """q, K, V in float32 (K and V one block of random numbers repeated: see lessons.bandwidth)."""
     import numpy as np
 
-    from lessons.bandwidth import _fill
+    from lessons.bandwidth import repeated_random
     rng = np.random.default_rng(rng_key)
-    return (rng.standard_normal(HEAD_DIM, dtype=np.float32), _fill(rows, HEAD_DIM, np.float32, rng),
-            _fill(rows, HEAD_DIM, np.float32, rng))
+    q = rng.standard_normal(HEAD_DIM, dtype=np.float32)
+    return q, repeated_random(rows, HEAD_DIM, np.float32, rng), repeated_random(rows, HEAD_DIM, np.float32, rng)
 
 
 def early_exit() -> None:

@@ -30,18 +30,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .decode_timing import median_time
-from .machine_facts import CacheLevel, MachineFacts, cpu_caches, last_level_cache_bytes, parse_cache_size
+from .machine_facts import MachineFacts
 from .memory import GIB, KIB, MIB, format_bytes
 
 __all__ = [
-    "CacheLevel", "cpu_caches", "last_level_cache_bytes",
-    "CopyMeasurement", "copy_bandwidth",
+    "repeated_random", "CopyMeasurement", "copy_bandwidth",
     "decode_attention", "StepMeasurement", "measure_decode_attention", "achieved_bandwidth_beyond",
     "MeasurementPlan", "plan_measurements", "describe_plan", "plan_sentence", "measure", "Findings",
     "summarize",
 ]
 
-_parse_size = parse_cache_size
 
 @dataclass(frozen=True)
 class CopyMeasurement:
@@ -112,7 +110,7 @@ class StepMeasurement:
         return self.cache_bytes / self.seconds
 
 
-def _fill(n_tokens: int, head_dim: int, dtype, rng) -> np.ndarray:
+def repeated_random(n_tokens: int, head_dim: int, dtype, rng) -> np.ndarray:
     """A (n_tokens, head_dim) table of uniform random numbers: one 1 MiB block drawn, then
     repeated (drawing gigabytes of random numbers would take seconds, and a step's time does not
     depend on the values, only on the bytes it reads)."""
@@ -155,7 +153,7 @@ def measure_decode_attention(cache_mib=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), 
     rng = np.random.default_rng(seed)
     q = rng.standard_normal(head_dim).astype(dtype)
     T = max(t for t, _ in plan)
-    K_all, V_all = _fill(T, head_dim, dtype, rng), _fill(T, head_dim, dtype, rng)
+    K_all, V_all = repeated_random(T, head_dim, dtype, rng), repeated_random(T, head_dim, dtype, rng)
     return _time_steps(q, K_all, V_all, plan, min_seconds)
 
 
@@ -247,7 +245,7 @@ def measure(plan: "MeasurementPlan", head_dim: int = 128, dtype=np.float32, min_
     q = rng.standard_normal(head_dim).astype(dtype)
     tokens = [(max(1, b // per_token), r) for b, r in zip(plan.cache_sizes, plan.repeats)]
     T = max(t for t, _ in tokens)
-    K_all, V_all = _fill(T, head_dim, dtype, rng), _fill(T, head_dim, dtype, rng)
+    K_all, V_all = repeated_random(T, head_dim, dtype, rng), repeated_random(T, head_dim, dtype, rng)
     steps = _time_steps(q, K_all, V_all, tokens, min_seconds)
     n = min(plan.copy_bytes, K_all.nbytes) // K_all.itemsize
     src, dst = K_all.reshape(-1)[:n], V_all.reshape(-1)[:n]

@@ -31,6 +31,7 @@ import numpy as np
 from kvcache.config import ModelConfig
 from kvcache.cost import layer_products
 from kvcache.gqa import QUERY_BLOCK
+
 from .machine_facts import MachineFacts
 from .memory import GIB, format_bytes
 

@@ -32,8 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .bandwidth import ASSUMED_LLC_BYTES, _fill
 from kvcache.kernel import blocked_decode, full_buffer_decode, split_k_decode
+
+from .bandwidth import ASSUMED_LLC_BYTES, repeated_random
 from .machine_facts import MachineFacts
 from .memory import GIB, format_bytes
 
@@ -313,7 +314,8 @@ def _filled(rng, positions: int, head_dim: int):
     of random numbers would take longer than the measurement, and a step's time depends only
     on how many bytes it reads)."""
     q = rng.standard_normal(head_dim, dtype=np.float32)
-    return q, _fill(positions, head_dim, np.float32, rng), _fill(positions, head_dim, np.float32, rng)
+    K = repeated_random(positions, head_dim, np.float32, rng)
+    return q, K, repeated_random(positions, head_dim, np.float32, rng)
 
 
 def measure_split_k(plan: SplitKPlan, rng_key: int = 0) -> SplitKResult:

@@ -83,6 +83,20 @@ def test_a_machine_read_from_its_files(tmp_path):
     assert facts_from_files(sys_root, proc_root).logical_cpus == 2
 
 
+def test_parse_size_and_cpu_caches():
+    assert parse_cache_size("32768K") == 32 * 2**20
+    assert parse_cache_size("1M") == 2**20
+    assert parse_cache_size("512") == 512
+    for c in cpu_caches():
+        assert c.level >= 1 and c.size_bytes > 0
+    assert cpu_caches("/nonexistent") == []
+
+
+def test_last_level_cache_is_positive_or_unknown():
+    llc = last_level_cache_bytes()
+    assert llc is None or llc > 0
+
+
 def test_cache_sizes_and_the_last_level():
     assert parse_cache_size("32768K") == 32 * MIB and parse_cache_size("1M") == MIB
     assert parse_cache_size("1G") == GIB and parse_cache_size("512") == 512

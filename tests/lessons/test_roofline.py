@@ -117,20 +117,6 @@ def test_gpu_is_frozen():
 
 # --- lessons.bandwidth: sanity only -----------------------------------------------------------
 
-def test_parse_size_and_cpu_caches():
-    assert bw._parse_size("32768K") == 32 * 2**20
-    assert bw._parse_size("1M") == 2**20
-    assert bw._parse_size("512") == 512
-    for c in bw.cpu_caches():
-        assert c.level >= 1 and c.size_bytes > 0
-    assert bw.cpu_caches("/nonexistent") == []
-
-
-def test_last_level_cache_is_positive_or_unknown():
-    llc = bw.last_level_cache_bytes()
-    assert llc is None or llc > 0
-
-
 def test_decode_attention_matches_chapter_2():
     rng = np.random.default_rng(0)
     q, K, V = rng.standard_normal(16), rng.standard_normal((50, 16)), rng.standard_normal((50, 16))
