@@ -1,5 +1,5 @@
-// The cache calculator of Chapter 3, drawn and recomputed in the browser (coursebook/widgets/calculator.py
-// is its Python side: the traits, the presets, and `result` from lessons.memory).
+// The cache calculator of Chapter 3, drawn and recomputed in the browser (calculator.py, beside
+// it, is its Python side: the traits, the presets, and `result` from lessons.memory).
 //
 // Every number is an exact integer (BigInt): a cache of 2 * L * G * d * T * b bytes passes
 // 2**53 long before the fields reach their limits, and a JavaScript Number would round it.
@@ -133,7 +133,7 @@ function render({ model, el }) {
     return !p.error && Number(p.value) === Number(model.get(name));
   }
 
-  // -- presets (coursebook/widgets/calculator.py does the same for a notebook's changes) ------------------
+  // -- presets (calculator.py does the same for a notebook's changes) -----------------------------
   // A preset fills its fields with its amounts in the current unit, to two decimals; while it is
   // chosen, its exact bytes are counted.  A preset whose fields no longer show it is "custom".
   function modelPresetValues(key, unit) {
