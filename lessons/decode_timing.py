@@ -16,7 +16,7 @@ Generating n tokens one by one (t = 1 .. n) sums these: the projections are line
 in n with the cache and quadratic without; the attention itself (4 t d per step) is
 quadratic in both, with a coefficient D times smaller than the recomputation's.
 
-The measurements time the engine's own functions (``attend_step`` and
+The measurements time chapter 2's own functions (``attend_step`` and
 ``step_without_cache``) with ``time.perf_counter``.  Each reports the fastest of a few
 samples (other programs can only slow a sample down) and their median.  They depend on
 the machine and on what else it is running; they are never asserted in tests.

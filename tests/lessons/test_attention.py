@@ -1,6 +1,6 @@
-"""The attention engine (lessons.attention) and the decode-step counts (lessons.decode_timing).
+"""Attention computed by hand (lessons.attention) and the decode-step counts (lessons.decode_timing).
 
-References here are written independently of the engine: plain loops over tokens.
+References here are written independently of lessons.attention: plain loops over tokens.
 """
 import math
 
