@@ -14,7 +14,7 @@ float32, written once as a safetensors checkpoint that both sides load:
    two thread pools never compete; the sides alternate, best of 5 rounds each.  generate()'s
    own rate is printed too;
 3. decode attention's achieved bandwidth (K and V bytes read per second) on a cache of about
-   1 GiB, against the machine's copy bandwidth (``kvcache.bandwidth.copy_bandwidth``, read +
+   1 GiB, against the machine's copy bandwidth (``lessons.bandwidth.copy_bandwidth``, read +
    write) on as many bytes (goal: >= 75%), for plain multi-head and grouped heads;
 4. the cache's storage formats: bytes, decode speed, and the error each costs in the logits;
 5. ragged against padded prefill of prompts of different lengths: tokens computed and time;
@@ -242,9 +242,10 @@ def _timed(fn) -> float:
 
 
 def attention_bandwidth() -> None:
-    from kvcache.bandwidth import copy_bandwidth, last_level_cache_bytes
     from kvcache.gqa import decode_attention
-    from kvcache.memory import GIB, MIB
+    from lessons.bandwidth import copy_bandwidth
+    from lessons.machine_facts import last_level_cache_bytes
+    from lessons.memory import GIB, MIB
 
     llc = last_level_cache_bytes()
     target = max(GIB, 2 * llc) if llc else GIB                  # beyond the last-level cache

@@ -19,7 +19,7 @@ Measures, in one run, with ``time.perf_counter`` wall time:
    the naive ``check_pipeline`` time and clearly labelled so.
 
 The machine may be shared: wall times vary with the load (printed at the start and the end), and
-the processor and its usable cores are printed first (``kvcache.machine``), not assumed.
+the processor and its usable cores are printed first (``lessons.machine_facts``), not assumed.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import time
 
 from ga2 import attn, checks, mutants
 from ga2.machine import Machine
-from kvcache.machine import describe_machine, read_machine
+from lessons.machine_facts import describe_machine, read_machine
 
 from .naive_ga2 import NaiveMachine
 

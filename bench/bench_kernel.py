@@ -1,7 +1,7 @@
 """bench_kernel: the attention kernel of ``kvcache.kernel`` (chapter 8), timed: ``python -m bench kernel``.
 
 Measured in one run, every time the fastest of several samples taken in turn
-(``kvcache.kernel_timing.interleaved_best``), float32, head size 128, one query:
+(``lessons.kernel_timing.interleaved_best``), float32, head size 128, one query:
 
 1. the early exit against masking the whole buffer: ``blocked_decode`` (reads ceil(t / B)
    blocks) and ``full_buffer_decode`` (the same loop over every block of the buffer, those past t
@@ -19,10 +19,10 @@ Measured in one run, every time the fastest of several samples taken in turn
    way to put two cores on one query).
 
 Parts 1 to 3 run in a child process whose BLAS library is limited to one thread before numpy is
-loaded (``kvcache.machine.limit_blas_threads``), so that split-K's threads are the only
+loaded (``kvcache.blas.limit_blas_threads``), so that split-K's threads are the only
 parallelism; the BLAS-threaded one pass runs in a second child with the library's default.  The
 machine may be shared: its load is printed at the start and the end, and its processor and
-usable cores first (``kvcache.machine``), not assumed.
+usable cores first (``lessons.machine_facts``), not assumed.
 """
 from __future__ import annotations
 
@@ -45,18 +45,18 @@ def _load() -> str:
 
 
 def _buffers(rows: int, rng_key: int = 0):
-    """q, K, V in float32 (K and V one block of random numbers repeated: see kvcache.bandwidth)."""
+    """q, K, V in float32 (K and V one block of random numbers repeated: see lessons.bandwidth)."""
     import numpy as np
 
-    from kvcache.bandwidth import _fill
+    from lessons.bandwidth import repeated_random
     rng = np.random.default_rng(rng_key)
-    return (rng.standard_normal(HEAD_DIM, dtype=np.float32), _fill(rows, HEAD_DIM, np.float32, rng),
-            _fill(rows, HEAD_DIM, np.float32, rng))
+    q = rng.standard_normal(HEAD_DIM, dtype=np.float32)
+    return q, repeated_random(rows, HEAD_DIM, np.float32, rng), repeated_random(rows, HEAD_DIM, np.float32, rng)
 
 
 def early_exit() -> None:
     from kvcache.kernel import blocked_decode, full_buffer_decode
-    from kvcache.kernel_timing import interleaved_best
+    from lessons.kernel_timing import interleaved_best
     q, K, V = _buffers(BUFFER)
     block = 256
     print(f"1. early exit against masking the whole buffer: {BUFFER:,} rows, blocks of {block}, d = {HEAD_DIM}")
@@ -79,7 +79,7 @@ def early_exit() -> None:
 
 def blockwise_vs_one_shot() -> None:
     from kvcache.kernel import blocked_decode, one_shot_decode
-    from kvcache.kernel_timing import interleaved_best
+    from lessons.kernel_timing import interleaved_best
     q, K, V = _buffers(LONG)
     print(f"\n2. blockwise against one-shot attention at full length: {LONG:,} rows, d = {HEAD_DIM}")
     fns = {"one shot": lambda: one_shot_decode(q, K, V)}
@@ -98,9 +98,9 @@ def split_k() -> None:
     import numpy as np
 
     from kvcache.kernel import blocked_decode, split_k_decode
-    from kvcache.kernel_timing import interleaved_best, plan_split_k
-    from kvcache.machine import read_machine
-    from kvcache.memory import format_bytes
+    from lessons.kernel_timing import interleaved_best, plan_split_k
+    from lessons.machine_facts import read_machine
+    from lessons.memory import format_bytes
     facts = read_machine()
     cores = facts.usable_cpus
     contexts = [(LONG, SPLIT_BLOCK)]
@@ -132,8 +132,8 @@ def split_k() -> None:
 
 def blas_threaded_one_pass() -> None:
     from kvcache.kernel import blocked_decode
-    from kvcache.kernel_timing import interleaved_best
-    from kvcache.machine import blas_threads
+    from lessons.kernel_timing import interleaved_best
+    from kvcache.blas import blas_threads
     q, K, V = _buffers(LONG)
     best = interleaved_best({"one": lambda: blocked_decode(q, K, V, LONG, SPLIT_BLOCK)}, repeats=9)
     print(f"   one pass, BLAS with its own threads ({blas_threads() or 'unknown'}): "
@@ -142,7 +142,7 @@ def blas_threaded_one_pass() -> None:
 
 def _child(part: str) -> None:
     if part == "one-thread":
-        from kvcache.machine import limit_blas_threads
+        from kvcache.blas import limit_blas_threads
         limit_blas_threads(1)
         early_exit()
         blockwise_vs_one_shot()
@@ -152,7 +152,7 @@ def _child(part: str) -> None:
 
 
 def main() -> int:
-    from kvcache.machine import describe_machine, read_machine
+    from lessons.machine_facts import describe_machine, read_machine
     print(describe_machine(read_machine()), f"; load {_load()}")
     env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
     for part in ("one-thread", "blas-threads"):

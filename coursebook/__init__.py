@@ -18,10 +18,13 @@ A chapter's visible code should teach; the plumbing lives here, out of the reade
   (the course never shows an answer);
 * ``rel_err``, and the words that describe a measured figure (``times_word``, ``relation_word``,
   ``growth_word``, ``against_prediction``), so that the text stays true on a slow or a busy
-  machine; ``and_join`` lists items for a sentence ("1, 2, 3 and 5").
+  machine; ``and_join`` lists items for a sentence ("1, 2, 3 and 5");
+* ``coursebook.figures``: the chapters' diagrams of the engine (a batch's cache rows, a paged
+  pool, a beam tree, GA-2's cycles by unit), and ``coursebook.widgets``: the controls that work on
+  the site and in JupyterLab (chapter 3's calculator among them).
 
 Importing this package imports neither numpy nor matplotlib: a chapter may limit numpy's
-threads (``kvcache.machine.limit_blas_threads``) after importing it.
+threads (``kvcache.blas.limit_blas_threads``) after importing it.
 """
 from __future__ import annotations
 

@@ -1,1 +1,30 @@
-"""The numpy engine the course's chapters import."""
+"""kvcache: a Llama-architecture model in numpy and the KV cache a serving engine keeps for it.
+
+The engine and only the engine: what a user of it imports to load a model, run it on a batch
+and generate.  It imports nothing of the book (the chapters' helpers, figures, page controls or
+notebook machinery): the chapters' measurements and reference implementations are ``lessons``,
+their figures and controls the book's own helper package.
+
+Modules, one concept each:
+
+    config        ``ModelConfig``: the numbers of a Llama model, read from a ``config.json``
+    checkpoint    reading a ``save_pretrained`` folder: its config and safetensors weights
+    model         ``Model`` (``from_hf``, ``load``, ``random``): prefill, decode, ``logits``
+    linear        the one matrix product of every projection, y = x W^T
+    norm          RMSNorm and the SwiGLU feed-forward block
+    rope          rotary position embeddings
+    gqa           grouped-query attention: a chunk of new tokens, and one decode step over a batch
+    cache         the contiguous KV cache of a batch, one object per layer behind one interface
+    cache_dtypes  how a cache row is stored: float64, float32, float16, int8 with a scale
+    paged         the paged cache: ``BlockAllocator``, block tables, copy-on-write (``cache="paged"``)
+    prefix        prefix sharing: full blocks named by their tokens and reused
+    serving       ``serve``: requests admitted, run as one batch, finished, preempted
+    generate      ``greedy`` and ``beam_search``, as transformers defines them
+    kernel        one attention kernel over a fixed buffer (``blocked_decode`` and its companions)
+    cost          the FLOPs of a decode step, with the cache and without
+    blas          the BLAS numpy calls: which one, how many threads, asking it for fewer
+    __main__      ``python -m kvcache generate``
+
+Nothing is imported here: a chapter imports ``kvcache.blas`` to limit the BLAS threads before
+numpy is loaded, and ``python -m kvcache`` must not load a second copy of its own module.
+"""

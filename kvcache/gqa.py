@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .machine import blas_threads
+from .blas import blas_threads
 
 __all__ = ["causal_attention", "attend_new_tokens", "decode_attention", "batched_decode_step",
            "softmax_inplace"]

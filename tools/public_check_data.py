@@ -13,7 +13,7 @@ missing causal mask, a forgotten factor 2...), what such a mistaken answer retur
 can name the mistake without computing it.
 
 The inputs are drawn here with fixed seeds and stored beside their expected values.
-``tests/test_public_check_data.py`` regenerates every file in memory and compares: the files
+``tests/tools/test_public_check_data.py`` regenerates every file in memory and compares: the files
 are up to date, and the references agree with the engine on every stored case.
 """
 from __future__ import annotations

@@ -8,6 +8,8 @@ same module through ``host.js`` (no kernel, no network), from the state the chap
 * ``CourseWidget``: the base class (``_module = "name.js"``, optional ``_stylesheet``).
 * ``SeriesExplorer``: precomputed series over x (a slider), a choice of series, stacked bars
   of their parts at x, the ratio of two series, the cumulative sum up to x, and a line chart.
+* ``calculator.CacheCalculator``: chapter 3's cache calculator (imported from its module, which
+  computes with ``lessons.memory``).
 * ``library.js`` ("course-widgets"): the numbers, controls and charts every module imports.
 * ``save_page``: an offline HTML page holding widgets, drawn by the site's host (for tests and
   for looking at a widget without building the book).

@@ -86,7 +86,7 @@ def test_reference_figures_of_the_seeds():
 
 
 def test_references_agree_with_the_course_engine():
-    from kvcache import attention, memory, roofline
+    from lessons import attention, memory, roofline
     rng = np.random.default_rng(0)
     for _ in range(20):
         T, D, d = (int(v) for v in rng.integers(1, 9, size=3))

@@ -23,7 +23,7 @@ import pytest
 import coursebook
 from graders.answer_leaks import describe, find_leaks
 
-from test_site import ROOT, site_pages, toc_docnames
+from test_every_page import ROOT, site_pages, toc_docnames
 
 CHAPTERS = [name for name in toc_docnames() if name.startswith("book/chapters/")]
 # Calls whose only job is to hand figures to the text or to configure the plotting.

@@ -1,8 +1,8 @@
-"""Chapter 3's cache calculator on the built site, used as a reader uses it, against kvcache.memory.
+"""Chapter 3's cache calculator on the built site, used as a reader uses it, against lessons.memory.
 
 The page has no kernel: what it shows after each change is computed by the widget's module in
-the browser (kvcache/calculator.js).  These tests type into the page and compare what it shows
-with the engine's arithmetic in Python (``kvcache.memory``) and with the widget's Python side
+the browser (coursebook/widgets/calculator.js).  These tests type into the page and compare what it shows
+with the engine's arithmetic in Python (``lessons.memory``) and with the widget's Python side
 driven the same way (``CacheCalculator``, as a notebook would drive it); they call the module's
 own functions on thousands of inputs, past 2**53 where JavaScript Numbers round; and they check
 that bad input gets a message in the widget, never NaN, and that the widget keeps working.
@@ -14,9 +14,9 @@ import random
 
 import pytest
 
-from kvcache.calculator import BYTES_PER_VALUE, FIELDS, UNITS, CacheCalculator, preset_amount, summary_rows
-from kvcache.memory import GB, GIB, MODELS, format_bytes, kv_cache_bytes, max_batch, max_tokens
-from kvcache.roofline import GPUS
+from coursebook.widgets.calculator import BYTES_PER_VALUE, FIELDS, UNITS, CacheCalculator, preset_amount, summary_rows
+from lessons.memory import GB, GIB, MODELS, format_bytes, kv_cache_bytes, max_batch, max_tokens
+from lessons.roofline import GPUS
 from watched import settle, watched_page
 
 PAGE = "book/chapters/03_cache_memory.html"
@@ -94,8 +94,8 @@ def choose(page, name: str, value) -> None:
 
 
 def expected_rows(L, G, d, T, b, gpu_bytes, weight_bytes, unit) -> list[list[str]]:
-    """The table the calculator should show, from kvcache.memory (written out here, not taken
-    from kvcache.calculator)."""
+    """The table the calculator should show, from lessons.memory (written out here, not taken
+    from coursebook.widgets.calculator)."""
     u = UNITS[unit]
     per_token = kv_cache_bytes(L, G, d, 1, b)
     per_sequence = kv_cache_bytes(L, G, d, T, b)
@@ -421,7 +421,7 @@ def test_the_saved_state_carries_the_module_and_nothing_to_fetch(site):
     calcs = [e for e in state.values() if e["model_name"] == "AnyModel"]
     assert len(calcs) == 1
     s = calcs[0]["state"]
-    assert s["_anywidget_id"] == "kvcache.calculator.CacheCalculator"
+    assert s["_anywidget_id"] == "coursebook.widgets.calculator.CacheCalculator"
     assert s["_esm"] == CacheCalculator._esm and s["_css"] == CacheCalculator._css
     assert "http://" not in s["_esm"].replace('"http://www.w3.org/2000/svg"', "") and "https://" not in s["_esm"]
     assert s["config"]["fields"]["layers"] == {"label": "layers L", "min": 1, "max": 10_000}

@@ -6,7 +6,7 @@ folder, news and update checks off), opens the chapter in Chromium, runs every c
 
 * types into the widget and reads the widget's new table;
 * asks the kernel what ``calc`` holds: the typed value reached Python and ``calc.result``
-  (kvcache.memory) agrees with the page;
+  (lessons.memory) agrees with the page;
 * sets a trait from the kernel (as a notebook cell does) and sees the widget redraw;
 * presses the unit switch: Python reads the same numbers in the other unit, as the page does;
 * types bad input: the widget says why, and Python keeps the last valid value.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcache.memory import kv_cache_bytes
+from lessons.memory import kv_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "book" / "chapters" / "03_cache_memory.ipynb"

@@ -1,7 +1,7 @@
 """course-widgets (coursebook/widgets/library.js) in Chromium, against Python.
 
 The library's numbers must read exactly as Python writes them: the calculator's page is
-compared with kvcache.memory text for text.  Its functions are called in the browser on
+compared with lessons.memory text for text.  Its functions are called in the browser on
 thousands of values (random doubles, exact ties, integers past 2**53) and compared with
 Python's own format(), round() and int formatting; the parsers get what readers type.
 """

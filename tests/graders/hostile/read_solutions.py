@@ -32,7 +32,7 @@ def _from_notebook(path):
 
 
 def _find():
-    for module in ("graders.exercises.softmax", "kvcache.attention", "kvcache", "solutions"):
+    for module in ("graders.exercises.softmax", "lessons.attention", "kvcache", "solutions"):
         try:
             mod = __import__(module, fromlist=["x"])
             fn = getattr(mod, "reference", None) or getattr(mod, "softmax", None)

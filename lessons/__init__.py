@@ -1,0 +1,27 @@
+"""lessons: what the chapters compute beside the engine, their reference implementations and
+their measurements.
+
+The engine a reader could use is ``kvcache``; these modules teach and measure it.  Reference
+implementations (plain float64 numpy, one head, written to be read):
+
+    attention      attention computed by hand: scores, softmax, the causal prefill, the decode step
+                   with its cache (chapters 1 and 2); the reference the engine's tests compare with
+    transformer    a tiny decoder-only transformer around that decode step (the appendix)
+    examples       the small worked examples of chapters 1 and 2, as data
+
+Formulas (pure arithmetic, pinned to published figures by the tests):
+
+    memory         the bytes of a KV cache, and how many sequences fit beside the weights (chapter 3)
+    roofline       arithmetic intensity, the roofline and time per token (chapter 4)
+
+Measurements, each planned by a pure function of the machine's facts and bounded in memory and
+time whatever the machine:
+
+    machine_facts  what the machine running a chapter is: caches, free memory, usable cores
+    decode_timing  one decode step with and without the cache, counted and timed (chapter 2)
+    bandwidth      memory bandwidth and the decode step's reads (chapter 4)
+    engine_timing  the engine timed for chapters 5 and 7, from a calibration of the machine
+    kernel_timing  ``kvcache.kernel`` timed: the early exit and split-K (chapter 8)
+
+Nothing is imported here: a chapter imports ``lessons.machine_facts`` before numpy is loaded.
+"""

@@ -1,0 +1,624 @@
+"""Chapters 5 and 7, their exercises (batched_decode_step, reorder_cache) and public checks.
+
+Each chapter is executed once (module-scoped fixtures, cwd = book/chapters); the numbers its text
+states through myst-nb glue are read back and pinned against values this file computes on its
+own, from the published model sizes and the formulas (not from the engine's functions).  What the
+chapters measure depends on the machine: those figures are checked for their form only (positive,
+finite, the sentences that say what was measured), and each chapter is also built as if on a slow
+machine with little free memory (a sitecustomize tells the kernel so).
+"""
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+from chapter_notebooks import execute, glued, self_check_pairs
+from graders.answer_leaks import find_leaks
+from public_checks import PublicCheckFailed, evaluate, run_checks
+
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = ROOT / "book" / "chapters"
+CH5 = CHAPTERS / "05_batches.ipynb"
+CH7 = CHAPTERS / "07_beam_search.ipynb"
+EXERCISES = {"batched_decode_step": 5, "reorder_cache": 7}
+GLUE_ROLE = re.compile(r"\{glue:(?:text|md)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
+
+
+def llama_parameters(V, D, F, L, H, G, d, tied):
+    """transformers' LlamaForCausalLM, counted by hand: embeddings, per layer the q, k, v, o
+    projections, the three feed-forward matrices and two norms, the final norm, the head."""
+    per_layer = D * H * d + 2 * D * G * d + H * d * D + 3 * D * F + 2 * D
+    return V * D + L * per_layer + D + (0 if tied else V * D)
+
+
+# the chapter's model: V, D, F, L, H, G, d
+OURS = dict(V=1024, D=128, F=352, L=4, H=4, G=2, d=32)
+P_OURS = 2 * 128 * (4 * 32 + 2 * 2 * 32) + 2 * 4 * 32 * 128 + 2 * 128 * 2 * 352 + 2 * 352 * 128
+
+
+def cached_flops(n, L=4, H=4, d=32, D=128, V=1024):
+    return L * (P_OURS + 4 * H * d * n) + 2 * D * V
+
+
+def recompute_flops(n, L=4, H=4, d=32, D=128, V=1024):
+    return L * (n * P_OURS + 2 * H * d * n * (n + 1)) + 2 * D * V
+
+
+EXACT_CH5 = {
+    "ch5_smol_params": f"{llama_parameters(49152, 576, 1536, 30, 9, 3, 64, True):,}",
+    "ch5_tiny_params": f"{llama_parameters(32000, 2048, 5632, 22, 32, 4, 64, False):,}",
+    "ch5_our_params": f"{llama_parameters(1024, 128, 352, 4, 4, 2, 32, False):,}",
+    "ch5_smol_bpt": f"{2 * 30 * 3 * 64 * 2:,}", "ch5_tiny_bpt": f"{2 * 22 * 4 * 64 * 2:,}",
+    "ch5_tiny_bpt_mha": f"{2 * 22 * 32 * 64 * 2:,}", "ch5_tiny_r": "8", "ch5_smol_r": "3",
+    "ch5_st_tensors": f"{2 + 4 * 9 + 1}",           # embeddings, head, 9 per layer, the final norm
+    "ch5_batch": "8", "ch5_new": "48", "ch5_r": "2",
+    # 32 conversations, log-uniform lengths from 32 to 2,048, SmolLM's 23,040 bytes per token
+    "ch5_scale_reserved": "1.41 GiB", "ch5_q1_bytes": "46,137,344", "ch5_q1_mib": "44 MiB",
+    "ch5_q3_tokens": "270", "ch5_q3_share": "56%",
+}
+EXACT_CH7 = {
+    "ch7_greedy_same": "the same", "ch7_greedy_n": "12", "ch7_prompt_len": "12",
+    "ch7_per_position": f"{2 * 4 * 2 * 32 * 4:,}", "ch7_expansion_bytes": f"{2 * 12 * 2 * 4 * 2 * 32 * 4:,}",
+    "ch7_P": f"{P_OURS:,}", "ch7_prefill_mflops": f"{recompute_flops(12) / 1e6:.1f}",
+    "ch7_prefill_saved": f"{2 * recompute_flops(12) / 1e6:.1f}",
+    "ch7_speedup_128": f"{recompute_flops(128) / cached_flops(128):.1f}",
+    "ch7_speedup_512": f"{recompute_flops(512) / cached_flops(512):.1f}",
+    "ch7_speedup_2048": f"{recompute_flops(2048) / cached_flops(2048):,.0f}",
+    "ch7_q3_0": "-6.0, -10.0", "ch7_q3_1": "-1.50, -1.25",
+}
+
+
+def _generation_ratio(N, p=16):
+    with_cache = recompute_flops(p) + sum(cached_flops(n) for n in range(p + 1, p + N))
+    without = sum(recompute_flops(n) for n in range(p, p + N))
+    return without / with_cache
+
+
+@pytest.fixture(scope="module")
+def ch5():
+    nb = execute(CH5)
+    return nb, glued(nb)
+
+
+@pytest.fixture(scope="module")
+def ch7():
+    nb = execute(CH7)
+    return nb, glued(nb)
+
+
+def figures(nb):
+    return sum("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def errors(nb):
+    return [out for cell in nb.cells for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+
+
+def number(text):
+    return float(str(text).replace(",", "").rstrip("%"))
+
+
+# ---------------------------------------------------------------- chapter 5
+
+
+def test_ch5_figures_of_the_published_models_and_the_formulas(ch5):
+    nb, g = ch5
+    assert not errors(nb)
+    for key, want in EXACT_CH5.items():
+        assert g[key] == want, key
+    assert g["ch5_smol_params"] == "134,515,008" and g["ch5_tiny_params"] == "1,100,048,384"
+
+
+def test_ch5_rotary_positions_depend_on_the_distance_only(ch5):
+    _, g = ch5
+    assert g["ch5_rope_near"] == g["ch5_rope_far"]
+    assert float(g["ch5_rope_gap"]) < 1e-10
+
+
+def test_ch5_the_cached_model_equals_the_reference_and_the_loaded_one(ch5):
+    nb, g = ch5
+    assert float(g["ch5_cached_gap"]) < 1e-5
+    text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    assert "the loaded model gives the same logits: True" in text
+    assert "refused: state dict does not fit the config:\n  model.layers.2.mlp.up_proj.weight has shape (352, 64)" in text
+    assert "prompt 0: 8 new tokens:" in text and "bytes allocated" in text      # the command line ran
+    assert "same NaN, unchanged: True" in text and "reaches the output of sequence: [0]" in text
+    assert number(g["ch5_st_header"]) > 0
+
+
+def test_ch5_batch_shapes_padding_and_preallocation(ch5):
+    _, g = ch5
+    longest, new = int(g["ch5_longest"]), int(g["ch5_new"])
+    lengths = np.linspace(longest // 8, longest, 8).round().astype(int)      # the plan's spread
+    assert int(g["ch5_lmax"]) == longest + new and int(g["ch5_shortest"]) == lengths.min()
+    assert g["ch5_N"] == f"{lengths.sum():,}"
+    assert g["ch5_tokens_padded"] == f"{8 * longest:,}"
+    assert g["ch5_pad_ratio"] == f"{8 * longest / lengths.sum():.2f}"
+    assert g["ch5_pad_agree"] in ("exactly",) or g["ch5_pad_agree"].startswith("to ")
+    assert number(g["ch5_pad_time_ratio"]) > 0 and "ms packed" in g["ch5_pad_time_words"]
+    # the cache: 8 rows of L_max positions, keys and values of 2 heads of 32 float32, 4 layers
+    alloc = 8 * (longest + new) * 2 * 4 * 2 * 32 * 4
+    assert g["ch5_alloc"] == f"{alloc / 2**20:.2f} MiB".replace(".00 MiB", " MiB")
+    assert 0 < number(g["ch5_used_end"]) <= number(g["ch5_used_peak"]) <= 100
+    assert 0 < number(g["ch5_written_share"]) <= 100
+    rng = np.random.default_rng(11)
+    conversations = np.exp(rng.uniform(np.log(32), np.log(2048), 32)).astype(int)
+    assert g["ch5_scale_waste"] == f"{1 - conversations.sum() / (32 * 2048):.0%}"
+    assert g["ch5_scale_median"] == f"{int(np.median(conversations)):,}"
+
+
+def test_ch5_eos_mid_batch(ch5):
+    _, g = ch5
+    finished = int(g["ch5_eos_finished"])
+    assert 1 <= finished <= 8
+    assert number(g["ch5_generated"]) <= number(g["ch5_generated_free"]) == 8 * 48
+    assert 0 < number(g["ch5_eos_flops_share"]) <= 100
+    assert 1 <= int(g["ch5_eos_last_live"]) <= 8 and 1 <= int(g["ch5_steps"]) <= 48
+    ids = g["ch5_eos_ids"].split(", ")
+    assert len(ids) == len(set(ids)) >= 1 and all(i.isdigit() for i in ids)
+    listed = ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
+    assert g["ch5_eos_sentence"] == (f"The {len(ids)} EOS ids are {listed}" if len(ids) > 1 else f"The EOS id is {listed}")
+    assert g["ch5_eos_batch"] == "8" and finished <= int(g["ch5_eos_batch"])
+    assert number(g["ch5_step_full_ms"]) > 0 and number(g["ch5_step_one_ms"]) > 0
+    longest = int(g["ch5_longest"])
+    order = np.random.default_rng(5).permutation(np.linspace(longest // 8, longest, 8).round().astype(int))
+    share = cached_flops(order[0] + 1) / sum(cached_flops(n + 1) for n in order)
+    assert g["ch5_flop_one_share"] == f"{share:.0%}"
+    assert "of the FLOPs" in g["ch5_step_words"]
+    assert g["ch5_plan"].startswith("Prompts of up to") and "free" in g["ch5_plan"]
+
+
+# ---------------------------------------------------------------- chapter 7
+
+
+def test_ch7_exact_figures(ch7):
+    nb, g = ch7
+    assert not errors(nb)
+    for key, want in EXACT_CH7.items():
+        assert g[key] == want, key
+    assert g["ch7_gen_128"] == f"{_generation_ratio(128):.0f}"
+    assert g["ch7_gen_1024"] == f"{_generation_ratio(1024):.0f}"
+
+
+def test_ch7_beam_search_trace(ch7):
+    nb, g = ch7
+    best = [int(t) for t in g["ch7_best"].split(", ")]
+    assert len(best) == int(g["ch7_best_len"]) <= 10 and int(g["ch7_steps"]) <= 10
+    assert g["ch7_best_eos"] in ("ends with EOS", "reached the length limit")
+    assert (best[-1] in [int(t) for t in g["ch7_eos_ids"].split(", ")]) == (g["ch7_best_eos"] == "ends with EOS")
+    assert int(g["ch7_lp_short"]) <= int(g["ch7_lp_long"]) <= 10
+    assert g["ch7_lp_sentence"] and g["ch7_stop_sentence"] and g["ch7_repeat_sentence"]
+    text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
+    assert "same: True" in text
+    assert "row i is old row beam_idx[i]: True" in text and "row 2 unchanged: True" in text
+    assert "the plain form agrees: True" in text
+
+
+def _table_after(nb, needle):
+    """The rows of the table a code cell (found by a line of its source) displays, as strings."""
+    cell = next(c for c in nb.cells if c.cell_type == "code" and needle in c.source)
+    shown = "".join(out["data"]["text/markdown"] for out in cell.outputs if "text/markdown" in out.get("data", {}))
+    rows = [[x.strip() for x in line.strip().strip("|").split("|")] for line in shown.splitlines()
+            if line.startswith("|") and not set(line) <= set("|-: ")]
+    return rows[0], rows[1:]
+
+
+def _listed(numbers):
+    numbers = [str(n) for n in numbers]
+    return numbers[0] if len(numbers) == 1 else ", ".join(numbers[:-1]) + " and " + numbers[-1]
+
+
+def test_ch7_text_counts_the_steps_as_the_table_does(ch7):
+    """Steps are counted from 0 in the table, the figure and the text: the steps the text names (where
+    two beams share a parent, where hypotheses finished) are the table's rows with that property."""
+    nb, g = ch7
+    header, rows = _table_after(nb, '["step", "parents", "new tokens", "running scores"')
+    assert header[:2] == ["step", "parents"] and header[-1] == "finished"
+    steps = [int(r[0]) for r in rows]
+    assert steps == list(range(len(rows))) and g["ch7_last_step"] == str(steps[-1])
+    K = 3
+    shared = [int(r[0]) for r in rows[1:-1] if len(set(json.loads(r[1]))) < K]
+    assert g["ch7_repeat_sentence"].startswith(f"At step{'s' if len(shared) > 1 else ''} {_listed(shared)} two")
+    # finished hypotheses: at every step where the kept list grows, and where better ones replace
+    # some of a full list (the table shows the count only: those steps are among its rows)
+    counts = [int(r[-1]) for r in rows]
+    grew = [s for s, c, before in zip(steps, counts, [0] + counts) if c > before]
+    listed = [int(x) for x in re.findall(r"\d+", g["ch7_finish_where"])]
+    assert grew and set(grew) <= set(listed) <= set(steps) and listed == sorted(listed)
+    assert g["ch7_finish_where"] == f"step{'s' if len(listed) > 1 else ''} {_listed(listed)} here"
+    assert counts[-1] == K or g["ch7_last_sentence"].startswith("The search stopped")
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "Steps are counted from 0, in the table, the figure and the\ntext alike" in md
+    assert "the first finished at\nstep" not in md
+
+
+def test_ch7_measurement_words_follow_the_measured_values(ch7):
+    """The sentence that compares the measured speedup with the FLOPs' says, at each end, "below",
+    "above" or "close to" (within 25%) as the glued figures say, and never "below ... and below it"."""
+    _, g = ch7
+    sentence = g["ch7_meas_sentence"]
+    words = []
+    for measured, predicted in (("ch7_meas_small", "ch7_pred_small"), ("ch7_meas_large", "ch7_pred_large")):
+        m, p = number(g[measured]), number(g[predicted])
+        if abs(m / p - 1) <= 0.25 * 0.99:
+            words.append("close to")
+        elif abs(m / p - 1) > 0.25 * 1.01:
+            words.append("above" if m > p else "below")
+        else:
+            return                               # on the boundary, where the rounding of the glue decides
+    small, large = g["ch7_meas_small_n"], g["ch7_meas_large_n"]
+    if words[0] == words[1]:
+        assert sentence.endswith(f"The measured speedup is {words[0]} the prediction at both {small} and {large} tokens")
+    else:
+        assert sentence.endswith(f"The measured speedup is {words[0]} the prediction at {small} tokens "
+                                 f"and {words[1]} it at {large}")
+    assert f"at {large} tokens, {g['ch7_meas_large']} times " in sentence or "about as fast" in sentence
+    assert "than it," not in sentence
+    if number(g["ch7_meas_large"]) > 1.05:           # the summary's words for the longest context
+        assert g["ch7_meas_large_words"] == f"{g['ch7_meas_large']} times faster"
+
+
+def test_ch7_measurement_is_reported(ch7):
+    _, g = ch7
+    for key in ("ch7_meas_small", "ch7_meas_large", "ch7_cached_small_ms", "ch7_cached_large_ms", "ch7_fixed_ms"):
+        assert math.isfinite(number(g[key])) and number(g[key]) > 0, key
+    assert int(g["ch7_meas_small_n"]) == 16 and number(g["ch7_meas_large_n"]) in (64, 128, 256, 512, 1024, 2048, 4096)
+    assert g["ch7_pred_large"] == f"{recompute_flops(int(number(g['ch7_meas_large_n']))) / cached_flops(int(number(g['ch7_meas_large_n']))):,.0f}"
+    assert g["ch7_plan"].startswith("Contexts from 16 to")
+    assert "against a predicted" in g["ch7_meas_sentence"]
+
+
+# ---------------------------------------------------------------- both chapters
+
+
+@pytest.mark.parametrize("which,path,least", [("ch5", CH5, 6), ("ch7", CH7, 3)])
+def test_chapter_glue_figures_and_links(which, path, least, request):
+    nb, g = request.getfixturevalue(which)
+    assert figures(nb) >= least
+    refs = {k for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"
+            for k in GLUE_ROLE.findall(c.source)}
+    assert refs and refs <= set(g), f"referenced but never glued: {sorted(refs - set(g))}"
+    assert all(k.startswith(which + "_") for k in g)
+
+
+def test_glue_keys_are_unique_across_the_two_chapters(ch5, ch7):
+    assert not set(ch5[1]) & set(ch7[1])
+
+
+@pytest.mark.parametrize("path,names", [(CH5, ["batched_decode_step"]), (CH7, ["reorder_cache"])])
+def test_chapter_structure(path, names):
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert md.lstrip().startswith("# ") and md.count("\n# ") == 0
+    pairs = self_check_pairs(nb)                # each answer a toggle right under its question
+    assert len(pairs) >= 5 and all(answered for _, answered in pairs), pairs
+    assert md.index("## Self-check questions") < md.index("## Exercises")
+    for name in names:
+        link = f"../../exercises/{name}.ipynb"
+        assert f"]({link})" in md[md.index("## Exercises"):]
+        assert (path.parent / link).resolve().exists()
+    for cell in nb.cells:            # the site says no "seed", not even in code (a keyword argument)
+        assert not re.search(r"\bseeds?\b", cell.source, flags=re.IGNORECASE), cell.source[:60]
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    first = next(c for c in nb.cells if c.cell_type == "code")
+    assert "limit_blas_threads(1)" in first.source and first.source.index("limit_blas_threads(1)") < \
+        first.source.index("import numpy")
+    # the engine's counterparts of the exercises are called, never shown
+    for hidden in ("decode_attention", "batched_decode_step", "_gather", "attend_new_tokens", "reorder"):
+        assert not re.search(rf"show_source\([^)]*{hidden}", code), hidden
+    assert "torch" not in code and "transformers import" not in code
+
+
+@pytest.mark.parametrize("path", [CH5, CH7])
+def test_the_comparison_with_transformers_is_told_in_words(path):
+    """A reader of the site cannot open the course's test files: the page says what they check
+    (transformers' LlamaForCausalLM, float64, the tolerance), and names a file only as a place in
+    the course's repository, in the same paragraph."""
+    md = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    paragraphs = [p for p in re.split(r"\n\s*\n", md) if "tests/" in p]
+    assert paragraphs
+    for paragraph in paragraphs:
+        assert "the course's repository" in paragraph, paragraph[:80]
+        assert "see `tests/" not in paragraph
+    told = md[:md.index(paragraphs[-1]) + len(paragraphs[-1])]
+    for words in ("`LlamaForCausalLM`", "float64", "$10^{-5}$", "float32 even in a float64 model"):
+        assert words in told, words
+
+
+@pytest.mark.parametrize("which", ["ch5", "ch7"])
+def test_executed_chapters_show_no_answer(which, request, tmp_path):
+    nb, _ = request.getfixturevalue(which)
+    path = tmp_path / f"{which}.ipynb"
+    nbformat.write(nb, path)
+    assert not find_leaks(path)
+    outputs = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    for body in ("def decode_attention", "def _gather", "def attend_new_tokens", "def batched_decode_step",
+                 "def reorder_cache"):
+        assert body not in outputs
+
+
+SLOW_MACHINE = (
+    "import lessons.machine_facts as machine\n"
+    "import lessons.engine_timing as timing\n"
+    "machine.read_machine = lambda: machine.MachineFacts(mem_available_bytes=256 * 2**20, logical_cpus=1,\n"
+    "                                                    usable_cpus=1, cpu_model='test')\n"
+    "timing.calibrate = lambda model, *a, **k: timing.Calibration(2e8, 5e-7, 5e-3)\n")
+
+
+@pytest.mark.parametrize("path,which", [(CH5, "ch5"), (CH7, "ch7")])
+def test_chapters_build_on_a_slow_machine_with_little_memory(path, which, tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(SLOW_MACHINE)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "OPENBLAS_NUM_THREADS": "1"}
+    nb = execute(path, env)
+    g = glued(nb)
+    assert not errors(nb)
+    if which == "ch5":
+        assert g["ch5_longest"] == "32" and "slow or busy" in g["ch5_plan"]
+        assert "256 MiB free" in g["ch5_plan"]
+        assert "numpy was already loaded" in g["ch5_blas"]     # the sitecustomize imported numpy first
+    else:
+        assert g["ch7_plan"].startswith("Contexts from 16 to 64 tokens") and "past 6 s" in g["ch7_plan"]
+        assert g["ch7_meas_large_n"] == "64"
+
+
+# ---------------------------------------------------------------- exercise notebooks
+
+
+def answer_cell(nb):
+    tagged = [c for c in nb.cells if "answer" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell is tagged 'answer'"
+    return tagged[0]
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_exercise_notebook_form(name, folder):
+    nb = nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kvcourse"] == {"exercise": name, "chapter": EXERCISES[name]}
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "markdown", "code", "markdown", "code"]
+    statement, starter, _, example, checks_md, checks = nb.cells
+    assert statement.source.startswith(f"# Exercise: {name}") and f"def {name}(" in statement.source
+    assert f"python -m graders grade exercises/{name}.ipynb" in statement.source
+    assert answer_cell(nb) is starter and f"def {name}(" in starter.source
+    assert ("raise NotImplementedError" in starter.source) == (folder == "exercises")
+    for cell in nb.cells:
+        assert "kvcache" not in cell.source or cell.cell_type == "markdown", "the learner's copy has no engine"
+        assert not re.search(r"^\s*(from|import)\s+kvcache", cell.source, flags=re.M)
+    example_code = "\n".join(line.split("#", 1)[0] for line in example.source.splitlines())
+    assert not re.search(rf"\b{name}\(", example_code), "the worked example does not call the answer"
+    assert checks_md.source.startswith("## Public checks")
+    assert checks.source == f'from public_checks import run_checks\n\nrun_checks("{name}", {name})'
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    link = re.search(r"\((\.\./book/chapters/0\d_[a-z_]+\.ipynb)\)", statement.source).group(1)
+    assert (ROOT / folder / link).resolve().exists()
+
+
+def _function_from(folder, name):
+    ns = {}
+    exec(answer_cell(nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)).source, ns)
+    return ns[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_solutions_pass_and_starters_are_reported_not_implemented(name, capsys):
+    assert run_checks(name, _function_from("solutions", name))
+    assert not run_checks(name, _function_from("exercises", name))
+    assert "not implemented yet" in capsys.readouterr().out
+
+
+def test_the_worked_examples_run_and_say_what_they_show():
+    for name, words in (("batched_decode_step", "out[1, 3] = [0.7517 1.5035]"), ("reorder_cache", "list index: False")):
+        nb = execute(ROOT / "exercises" / f"{name}.ipynb")
+        text = "".join(o.get("text", "") for o in nb.cells[3].outputs)
+        assert words in text, text
+
+
+# ---------------------------------------------------------------- public checks: right and wrong answers
+
+
+def _failures(name, fn):
+    return [o for o in evaluate(name, fn) if o.status == "failed"]
+
+
+def _batched(q, K, V, lengths, kv_head=None, all_positions=False, scale=True, mask_only=False):
+    """A correct answer, or one of the common mistakes, written for these tests."""
+    B, H, d = q.shape
+    G, L = K.shape[1], K.shape[2]
+    out = np.zeros(q.shape)
+    for b in range(B):
+        n = L if all_positions or mask_only else int(lengths[b])
+        for h in range(H):
+            g = kv_head(h, H, G) if kv_head else h // (H // G)
+            s = K[b, g, :n] @ q[b, h] / (math.sqrt(d) if scale else 1.0)
+            if mask_only:
+                s[int(lengths[b]):] = -np.inf
+            w = np.exp(s - s.max())
+            out[b, h] = (w / w.sum()) @ V[b, g, :n]
+    return out
+
+
+def test_batched_decode_step_checks():
+    assert not _failures("batched_decode_step", _batched)
+    tiled = _failures("batched_decode_step", lambda *a: _batched(*a, kv_head=lambda h, H, G: h % G))
+    assert tiled and any("np.repeat, not np.tile" in o.message for o in tiled)
+    ignored = _failures("batched_decode_step", lambda *a: _batched(*a, all_positions=True))
+    assert ignored and any("stop at its own length" in o.message for o in ignored)
+    unscaled = _failures("batched_decode_step", lambda *a: _batched(*a, scale=False))
+    assert unscaled and any("sqrt(d)" in o.message for o in unscaled)
+    with np.errstate(all="ignore"):
+        masked = _failures("batched_decode_step", lambda *a: _batched(*a, mask_only=True))
+    assert [o.description for o in masked] == ["NaN beyond the lengths changes nothing"]
+    assert "0 times NaN" in masked[0].message
+
+    def writes(q, K, V, lengths):
+        K[:, :, 0] = 0.0
+        return _batched(q, K, V, lengths)
+    assert any("read-only" in o.message for o in _failures("batched_decode_step", writes))
+    with pytest.raises(PublicCheckFailed):
+        run_checks("batched_decode_step", lambda *a: _batched(*a, scale=False))
+
+
+def _reorder(cache, beam_idx):
+    idx = np.asarray(beam_idx)
+    return [{"k": layer["k"][idx], "v": layer["v"][idx]} for layer in cache]
+
+
+def test_reorder_cache_checks():
+    assert not _failures("reorder_cache", _reorder)
+
+    def inverse(cache, beam_idx):
+        idx = np.asarray(beam_idx)
+        if sorted(idx) != list(range(len(idx))):
+            return _reorder(cache, beam_idx)
+        return _reorder(cache, np.argsort(idx))
+    wrong = _failures("reorder_cache", inverse)
+    assert wrong and any("other way round" in o.message for o in wrong)
+
+    def in_place(cache, beam_idx):
+        for layer in cache:
+            layer["k"] = layer["k"][np.asarray(beam_idx)]
+            layer["v"] = layer["v"][np.asarray(beam_idx)]
+        return cache
+    assert any("input cache" in o.message for o in _failures("reorder_cache", in_place))
+
+    def views(cache, beam_idx):       # an expansion to one parent made with a stride of 0: one row's memory
+        idx = np.asarray(beam_idx)
+        if len(set(idx.tolist())) > 1:
+            return _reorder(cache, beam_idx)
+        out = []
+        for layer in cache:
+            entry = {}
+            for name in ("k", "v"):
+                row = layer[name][idx[0]].copy()
+                entry[name] = np.lib.stride_tricks.as_strided(row, shape=(len(idx),) + row.shape,
+                                                              strides=(0,) + row.strides)
+            out.append(entry)
+        return out
+    shared = _failures("reorder_cache", views)
+    assert [o.description for o in shared] == ["repeated rows do not share memory"]
+    assert "share memory" in shared[0].message
+
+    def broadcast(cache, beam_idx):   # the same with np.broadcast_to: read-only
+        idx = np.asarray(beam_idx)
+        if len(set(idx.tolist())) > 1:
+            return _reorder(cache, beam_idx)
+        return [{n: np.broadcast_to(layer[n][idx[0]], (len(idx),) + layer[n].shape[1:]) for n in ("k", "v")}
+                for layer in cache]
+    assert any("cannot be written to" in o.message for o in _failures("reorder_cache", broadcast))
+
+    def identity_shortcut(cache, beam_idx):
+        if list(beam_idx) == list(range(len(cache[0]["k"]))):
+            return [dict(layer) for layer in cache]
+        return _reorder(cache, beam_idx)
+    same = _failures("reorder_cache", identity_shortcut)
+    assert same and any("every beam keeps its row" in o.message for o in same)
+
+
+def test_public_check_data_agree_with_the_engine():
+    from kvcache.cache import ContiguousLayerCache
+    from kvcache.gqa import decode_attention
+
+    data = json.loads((ROOT / "public_checks" / "data" / "batched_decode_step.json").read_text())
+    for key in ("by_hand", "grouped"):
+        case = data[key]
+        q, K, V = (np.array(case[n]) for n in ("q", "K", "V"))
+        got = decode_attention(q, K, V, np.array(case["lengths"]))
+        np.testing.assert_allclose(got, case["expected"], rtol=1e-12, atol=1e-13)
+        for mistake in case["mistakes"].values():
+            if not np.allclose(mistake, case["expected"]):
+                break
+        else:
+            pytest.fail(f"{key}: no stored mistake differs from the answer")
+    data = json.loads((ROOT / "public_checks" / "data" / "reorder_cache.json").read_text())
+    for case in (data["repeats"], data["permutation"], data["expand"]):
+        B, G, T, d = np.shape(case["cache"][0]["k"])
+        for layer, want in zip(case["cache"], case["expected"]):
+            engine = ContiguousLayerCache(B, G, d, T, dtype="float64", compute_dtype=np.float64,
+                                          capacity=max(B, len(case["beam_idx"])))
+            engine.k[:B], engine.v[:B] = np.array(layer["k"]), np.array(layer["v"])
+            engine._lengths[:B] = T
+            engine.reorder(case["beam_idx"])
+            for i in range(len(case["beam_idx"])):
+                assert np.array_equal(engine.keys(i), want["k"][i]) and np.array_equal(engine.values(i), want["v"][i])
+
+
+# ---------------------------------------------------------------- the diagrams' helpers
+
+
+def test_beam_histories_follow_the_parents():
+    from coursebook.figures.engine import beam_histories
+    trace = [{"parents": [0, 0], "tokens": [5, 6]}, {"parents": [1, 1], "tokens": [7, 8]},
+             {"parents": [0, 1], "tokens": [9, 3]}]
+    assert beam_histories(trace) == [[[5], [6]], [[6, 7], [6, 8]], [[6, 7, 9], [6, 8, 3]]]
+
+
+def test_the_diagrams_draw_what_they_are_given():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from coursebook.figures.engine import draw_beam_tree, draw_cache_rows, draw_padding
+
+    fig, (a, b, c) = plt.subplots(1, 3)
+    draw_cache_rows(a, [3, 5], [2, 0], 9, title="rows", finished=[True, False])
+    assert [t.get_text() for t in a.get_yticklabels()] == ["sequence 1", "sequence 0"]
+    assert [t.get_text() for t in a.texts] == ["EOS"] and a.get_xlim() == (0, 9)
+    draw_padding(b, [2, 4, 1])
+    assert [t.get_text() for t in b.get_legend().get_texts()] == ["prompt tokens", "padding"]
+    # a best hypothesis that finished at EOS after two tokens, the search going on to four
+    trace = [{"parents": [0, 0], "tokens": [5, 6], "finished": []},
+             {"parents": [0, 1], "tokens": [7, 8], "finished": [-1.0]},
+             {"parents": [0, 1], "tokens": [1, 2], "finished": [-1.0]},
+             {"parents": [0, 1], "tokens": [3, 4], "finished": [-1.0, -2.0]}]
+    draw_beam_tree(c, trace, best=[5, 9], max_new_tokens=4)
+    labels = [t.get_text() for t in c.texts]
+    assert "9" in labels and "prompt" in labels and "3" not in labels     # the last step: all end
+    plt.close(fig)
+
+
+def _trace(*steps):
+    return [{"step": t, "parents": p, "tokens": k, "finished": f} for t, (p, k, f) in enumerate(steps)]
+
+
+def test_finish_steps_are_the_steps_whose_kept_hypotheses_change():
+    from coursebook.figures.engine import finish_steps
+    trace = _trace(([0, 0], [5, 6], []), ([0, 1], [7, 8], [-1.0]), ([0, 1], [1, 2], [-1.0]),
+                   ([1, 0], [3, 4], [-1.0, -2.0]), ([0, 0], [2, 2], [-0.5, -1.0]))   # the last: a better one in
+    assert finish_steps(trace) == [1, 3, 4]
+    assert finish_steps(_trace(([0, 0], [5, 6], []), ([1, 1], [7, 8], []))) == []
+
+
+def test_the_beam_tree_numbers_its_steps_as_the_trace_does_and_says_what_its_marks_are():
+    """Step t's beams are drawn at x = t (the trace's own count, from 0; the prompt left of step 0),
+    the red squares at the steps finish_steps names, the returned hypothesis's end at its last
+    token's step; a legend names every kind of mark."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from coursebook.figures.engine import draw_beam_tree
+
+    trace = _trace(([0, 0], [5, 6], []), ([0, 1], [7, 8], [-1.0]), ([0, 1], [1, 2], [-1.0]),
+                   ([0, 1], [3, 4], [-1.0, -2.0]))
+    fig, ax = plt.subplots()
+    draw_beam_tree(ax, trace, best=[5, 9], max_new_tokens=4)
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["prefill", "0", "1", "2", "3"] and list(ax.get_xticks()) == [-1, 0, 1, 2, 3]
+    assert "counted from 0" in ax.get_xlabel()
+    token_x = {t.get_text(): t.get_position()[0] for t in ax.texts if t.get_color() == "black"}
+    assert token_x["5"] == token_x["6"] == 0 and token_x["1"] == 2 and token_x["prompt"] == -1
+    red = sorted(line.get_xdata()[0] for line in ax.lines if line.get_marker() == "s" and line.get_color() == "tab:red")
+    assert red == [1, 3]                                   # the steps where hypotheses finished
+    ends = [line.get_xdata()[0] for line in ax.lines if line.get_marker() == "s" and line.get_color() == "black"]
+    assert ends == [1]                                     # [5, 9] ended at EOS with its second token: step 1
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["running beam (its new token above)", "hypotheses finished (how many kept)",
+                      "the returned hypothesis", "its last token (it ends there)"]
+    plt.close(fig)

@@ -1,0 +1,87 @@
+"""The worked examples of the attention exercises state the answer's values, never its code.
+
+A worked example that computes the output in plain numpy is the answer without its ``def``; these
+show the inputs and what the function must return, and the statement works one output through
+in numbers.  The values are checked here against a reference of this file's own (a loop over
+positions, written for this test), so a typo in a notebook's table cannot teach a wrong answer.
+"""
+import math
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = ("causal_attention", "attend_step", "batched_decode_step")
+
+
+def weights(scores):
+    """Softmax of a short list by the definition, in Python floats."""
+    top = max(scores)
+    e = [math.exp(s - top) for s in scores]
+    return [x / sum(e) for x in e]
+
+
+def attend(q, keys, values):
+    w = weights([sum(a * b for a, b in zip(q, k)) / math.sqrt(len(q)) for k in keys])
+    return [sum(wi * v[j] for wi, v in zip(w, values)) for j in range(len(values[0]))]
+
+
+def example(folder, name):
+    nb = nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)
+    namespace = {}
+    exec(nb.cells[3].source, namespace)
+    return nb.cells[2].source, nb.cells[3].source, namespace
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+@pytest.mark.parametrize("name", NAMES)
+def test_the_example_computes_nothing_of_the_answer(folder, name):
+    _, code, _ = example(folder, name)
+    code = "\n".join(line.split("#", 1)[0] for line in code.splitlines())
+    for sign in ("np.exp", "@", "softmax", "np.sqrt", ".max(", "sum("):
+        assert sign not in code, sign
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_causal_attention_example(folder):
+    text, _, ns = example(folder, "causal_attention")
+    Q, K, V = ns["Q"].tolist(), ns["K"].tolist(), ns["V"].tolist()
+    rows = [attend(Q[i], K[: i + 1], V[: i + 1]) for i in range(len(Q))]
+    assert np.allclose(ns["expected"], rows, atol=5e-5)
+    w1 = weights([0.0, 1 / math.sqrt(2)])
+    for value in (*w1, *rows[1], *rows[2], *weights([1 / math.sqrt(2), 1 / math.sqrt(2), math.sqrt(2)])):
+        assert f"{value:.4f}" in text, value
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_attend_step_example(folder):
+    text, _, ns = example(folder, "attend_step")
+    x, p, cache = ns["x_t"].tolist(), ns["p"], ns["cache"]
+    proj = {n: [sum(x[i] * p[n][i][j] for i in range(len(x))) for j in range(p[n].shape[1])]
+            for n in ("Wq", "Wk", "Wv")}
+    keys = cache["k"].tolist() + [proj["Wk"]]
+    values = cache["v"].tolist() + [proj["Wv"]]
+    out = attend(proj["Wq"], keys, values)
+    assert np.allclose(ns["expected_out"], out, atol=5e-5)
+    assert ns["expected_cache"]["k"].tolist() == keys and ns["expected_cache"]["v"].tolist() == values
+    assert len(cache["k"]) == 1
+    for value in out:
+        assert f"{value:.4f}" in text
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_batched_decode_step_example(folder):
+    text, _, ns = example(folder, "batched_decode_step")
+    q, K, V, lengths = ns["q"], ns["K"], ns["V"], ns["lengths"]
+    B, H, _ = q.shape
+    r = H // K.shape[1]
+    out = [[attend(q[b, h].tolist(), K[b, h // r, : lengths[b]].tolist(), V[b, h // r, : lengths[b]].tolist())
+            for h in range(H)] for b in range(B)]
+    assert np.allclose(ns["expected"], out, atol=5e-5)
+    assert np.isnan(K[1, :, 3]).all() and (K[0, :, 2:] == 9).all()      # what must change nothing
+    for value in out[1][3]:
+        assert f"{value:.4f}" in text
+    assert re.search(r"3 /\\!/ 2 = 1", text)
