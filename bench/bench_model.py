@@ -9,7 +9,7 @@ Measured in one run (``python -m bench model``, or ``make bench``):
 * a prompt of ``PROMPT`` real tokens (a fixed English text, its tokens repeated), then ``NEW``
   greedy decode steps at batch 1, timed; the two sides alternate, best of ``ROUNDS`` rounds;
 * decode at batch 1 reads every weight once per token, so its floor is weight bytes / memory
-  bandwidth: the fraction of the machine's copy bandwidth (``kvcache.bandwidth.copy_bandwidth``,
+  bandwidth: the fraction of the machine's copy bandwidth (``lessons.bandwidth.copy_bandwidth``,
   read + write) each side achieves is weight bytes x tokens/s / bandwidth.
 
 The machine is shared: the load is printed at the start and the end, and nothing is asserted.
@@ -131,7 +131,7 @@ def weight_bytes(model) -> int:
 def main() -> int:
     from threadpoolctl import threadpool_limits
 
-    from kvcache.bandwidth import copy_bandwidth
+    from lessons.bandwidth import copy_bandwidth
     from kvcache.models import load_with_tokenizer, model_path
 
     print(f"load average at the start: {_load()}")

@@ -79,7 +79,7 @@ def printed_dataclasses(html: str) -> list[str]:
 
 
 def test_the_course_dataclasses_are_found_by_introspection():
-    from kvcache.memory import ModelShape
+    from lessons.memory import ModelShape
     classes = course_dataclasses()
     assert classes[f"{ModelShape.__module__}.ModelShape"] is ModelShape
     assert {c.__module__.split(".")[0] for c in classes.values()} >= {"kvcache", "ga2", "graders"}
@@ -87,7 +87,7 @@ def test_the_course_dataclasses_are_found_by_introspection():
 
 
 def test_a_printed_dataclass_is_recognized():
-    from kvcache.memory import MODELS
+    from lessons.memory import MODELS
     shape = MODELS["1B"]
 
     def output(text):
@@ -97,7 +97,7 @@ def test_a_printed_dataclass_is_recognized():
     found = printed_dataclasses(output(f"1B: {shape!r}") + "<p>ModelShape(name= in the prose</p>")
     assert len(found) == 1 and "ModelShape(name='1B-class'" in found[0]
     assert printed_dataclasses(output("a ModelShape (the record) holds n_layers=16")) == []
-    assert printed_dataclasses(output("kvcache.memory.ModelShape")) == []
+    assert printed_dataclasses(output("lessons.memory.ModelShape")) == []
 
 
 @pytest.mark.parametrize("page", site_pages())
