@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -78,6 +77,18 @@ def _run(copy: Path, python: Path, notebooks: list[Path]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _fill_answers(exercise: Path, solution: Path) -> None:
+    """The exercise notebook with its answer cells (tagged ``answer``) replaced by the solution's."""
+    def answer_cells(nb):
+        return [c for c in nb["cells"] if "answer" in c.get("metadata", {}).get("tags", [])]
+    nb, done = json.loads(exercise.read_text()), json.loads(solution.read_text())
+    mine, theirs = answer_cells(nb), answer_cells(done)
+    assert len(mine) == len(theirs) > 0, exercise.name
+    for cell, answer in zip(mine, theirs):
+        cell["source"] = answer["source"]
+    exercise.write_text(json.dumps(nb, indent=1))
+
+
 def _notebooks(copy: Path) -> list[Path]:
     return sorted((copy / "book" / "chapters").glob("*.ipynb")) + sorted((copy / "exercises").glob("*.ipynb"))
 
@@ -128,9 +139,10 @@ def test_every_notebook_runs_as_handed_out_then_on_the_learners_answers(learner_
     assert "not written yet" in before[str(copy / "book" / "chapters" / "01_attention_by_hand.ipynb")]["printed"]
     assert all(before[str(p)]["error"] is None for p in (copy / "exercises").glob("*.ipynb")
                if p.stem not in ("attention_tail", "mutants"))            # they use the machine's parts
-    # every exercise done: the learner's answers in the notebooks, every notebook to the end
+    # every exercise done: the learner's answers in their notebooks' answer cells (the reference
+    # answers', as a learner who finished would have them), every notebook to the end
     for path in (copy / "exercises").glob("*.ipynb"):
-        shutil.copy(ROOT / "solutions" / path.name, path)
+        _fill_answers(path, ROOT / "solutions" / path.name)
     after = _run(copy, python, _notebooks(copy))
     failed = {p: r["error"] for p, r in after.items() if r["error"]}
     assert not failed, failed
