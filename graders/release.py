@@ -103,7 +103,8 @@ def make_release(out: Path, root: Path | None = None) -> list[str]:
     out = out.resolve()
     if out == root or out in root.parents or any(out == root / d or (root / d) in out.parents
                                                   for d in ("exercises", "solutions", "graders", "book",
-                                                            "public_checks", "kvcache", "ga2", "tests")):
+                                                            "public_checks", "kvcache", "lessons", "coursebook",
+                                                            "answers", "ga2", "tests")):
         raise ReleaseError(f"refusing to write the release into {out}: it overlaps the course's sources")
     if out.exists() and not (out / MARKER).exists() and any(out.iterdir()):
         raise ReleaseError(f"{out} exists and is not a release made by this command: remove it first")
@@ -384,7 +385,7 @@ ANSWERS_HINT = ("; answers.install_from(\"{exercise}.ipynb\") then puts yours in
 
 def _strip_graded(tmp: Path, package: str) -> list[str]:
     """Every implementation of a graded function or class left in a shipped package (the engine's
-    own: ``kvcache.attention.softmax``) becomes a starter that names its exercise and how the
+    own: ``lessons.attention.softmax``) becomes a starter that names its exercise and how the
     learner's answer goes in its place (``answers``)."""
     graded = _graded_exercises()
     lines = []
@@ -843,8 +844,8 @@ JupyterLab opens on this folder: the exercises are in `exercises/`, the chapters
 
 {hand_in}
 
-The engine the chapters run (`kvcache`) calls the functions the exercises ask for, and in this
-copy those are starters: a chapter that calls one runs on your answer once you have written it.
+The code the chapters run (the engine `kvcache` and the chapters' own `lessons`) calls the
+functions the exercises ask for, and in this copy those are starters: a chapter that calls one runs on your answer once you have written it.
 Its first cells install every answer you have written so far (`answers.install_all()`) and say
 in one sentence what the chapter runs on; `answers.install_from("softmax.ipynb")` does it for one
 exercise, in any notebook.

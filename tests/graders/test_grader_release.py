@@ -43,7 +43,7 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
     # public_checks and answers, then what the exercises, the chapters and the checks import: ga2
     # (the GA-2 exercises run its machine and builder), the engine and the chapters' helpers
     assert "packages: public_checks, answers, coursebook, ga2, kvcache\n" in proc.stdout + "\n"
-    assert "kvcache.attention: attend_step, causal_attention, softmax made starters" in proc.stdout
+    assert "lessons.attention: attend_step, causal_attention, softmax made starters" in proc.stdout
     # the machine the GA-2 exercises program, without what implements their answers
     assert (out / "ga2" / "machine.py").exists() and not (out / "ga2" / "rtl").exists()
     assert not (out / "ga2" / "mutants.py").exists()
@@ -374,7 +374,8 @@ def test_the_learners_answers_run_in_the_copys_engine(release, tmp_path):
         sys.path.insert(0, {str(out)!r})
         import numpy as np
         import answers
-        from kvcache import attention, gqa, paged
+        from kvcache import gqa, paged
+        from lessons import attention
         report = {{"missing": answers.missing(["softmax", "causal_attention", "BlockAllocator"])}}
         try:
             attention.softmax(np.zeros(2))
@@ -400,7 +401,7 @@ def test_the_learners_answers_run_in_the_copys_engine(release, tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["missing"] == ["softmax", "causal_attention", "BlockAllocator"]
-    assert "kvcache.attention.softmax is the exercise softmax of chapter 1" in report["starter"]
+    assert "lessons.attention.softmax is the exercise softmax of chapter 1" in report["starter"]
     assert 'answers.install_from("softmax.ipynb")' in report["starter"]
     assert report["installed"] == ["BlockAllocator", "causal_attention", "softmax"]
     assert report["softmax"] == pytest.approx([0.25, 0.75])
