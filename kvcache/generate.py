@@ -47,6 +47,7 @@ import time
 
 import numpy as np
 
+from . import validate
 from .cache import KVCache
 from .paged import OutOfBlocks, blocks_for, DEFAULT_BLOCK_SIZE
 
@@ -63,27 +64,6 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- checking the arguments
-
-
-def _check_count(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _eos_set(model, eos_token_id) -> np.ndarray:
-    """EOS ids as an array (empty for None); each must be in the vocabulary."""
-    if eos_token_id is None:
-        return np.zeros(0, np.int64)
-    ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) and not isinstance(eos_token_id, bool) \
-        else eos_token_id
-    try:
-        arr = model.check_tokens(list(ids), "eos_token_id")
-    except TypeError:
-        raise ValueError(f"eos_token_id must be a token id or a list of them, got {eos_token_id!r}") from None
-    if len(arr) == 0:
-        raise ValueError("eos_token_id is an empty list (use None for no EOS)")
-    return arr
 
 
 def check_prompts(model, prompts, max_new_tokens: int, max_len: int | None) -> tuple[list[np.ndarray], int]:
@@ -115,7 +95,7 @@ def check_prompts(model, prompts, max_new_tokens: int, max_len: int | None) -> t
         raise ValueError(f"a prompt of {longest} tokens plus {max_new_tokens} new ones is {need} tokens, "
                          f"past the model's max_position_embeddings ({limit})")
     if max_len is not None:
-        max_len = _check_count(max_len, "max_len", 1)
+        max_len = validate.whole(max_len, "max_len", 1)
         if need > max_len:
             raise ValueError(f"a prompt of {longest} tokens plus {max_new_tokens} new ones is {need} tokens, "
                              f"past max_len ({max_len})")
@@ -147,14 +127,14 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     ("time", "cache_batch", "cache_bytes", "cache_used_bytes", "cache_bytes_copied").  Nothing
     is computed before every argument has been checked.
     """
-    max_new_tokens = _check_count(max_new_tokens, "max_new_tokens", 0)
-    eos = _eos_set(model, eos_token_id)
+    max_new_tokens = validate.whole(max_new_tokens, "max_new_tokens", 0)
+    eos = validate.eos_ids(eos_token_id, model.config.vocab_size)
     arrays, L_max = check_prompts(model, prompts, max_new_tokens, max_len)
     if prefill not in ("ragged", "padded"):
         raise ValueError(f"prefill must be 'ragged' or 'padded', got {prefill!r}")
     out: list[list[int]] = [[] for _ in arrays]
     if cache == "paged":
-        return _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtype, prefill,
+        return _greedy_paged(model, arrays, max_new_tokens, eos, L_max, cache_dtype, prefill,
                              trace, **cache_options)
     if max_new_tokens == 0:
         return out
@@ -181,7 +161,7 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     return out
 
 
-def _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtype, prefill, trace, *,
+def _greedy_paged(model, arrays, max_new_tokens, eos: np.ndarray, L_max, cache_dtype, prefill, trace, *,
                   block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None,
                   preempt: bool = True) -> list[list[int]]:
     """Greedy decoding of a batch over a paged pool: the serving loop with every prompt arriving
@@ -191,11 +171,10 @@ def _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtyp
     if prefill != "ragged":
         raise ValueError("a paged cache prefills ragged prompts only (prefill='padded' is for the "
                          "contiguous layout)")
-    if not isinstance(preempt, bool):
-        raise ValueError(f"preempt must be True or False, got {preempt!r}")
-    block_size = _check_count(block_size, "block_size", 1)
+    validate.flag(preempt, "preempt")
+    block_size = validate.whole(block_size, "block_size", 1)
     if num_blocks is not None:
-        num_blocks = _check_count(num_blocks, "num_blocks", 1)
+        num_blocks = validate.whole(num_blocks, "num_blocks", 1)
         prompts_need = sum(blocks_for(len(a), block_size) for a in arrays)
         if not preempt and max_new_tokens and prompts_need > num_blocks:
             raise OutOfBlocks(prompts_need, num_blocks, f"the {len(arrays)} prompts of the batch, together "
@@ -208,7 +187,7 @@ def _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtyp
                       "cache_used_bytes": stats.tokens_cached * kv.pool.bytes_per_slot * kv.pool.n_layers,
                       "cache_bytes_copied": kv.bytes_copied})
 
-    result = serve(model, [Request(a, max_new_tokens, eos_token_id) for a in arrays], block_size=block_size,
+    result = serve(model, [Request(a, max_new_tokens, eos.tolist() or None) for a in arrays], block_size=block_size,
                    num_blocks=num_blocks, max_len=L_max, preempt=preempt, cache_dtype=cache_dtype,
                    on_step=record if trace is not None else None)
     return result.outputs
@@ -253,12 +232,11 @@ class _PagedBeams:
 
     def __init__(self, model, prompt_ids, K, L_max, max_new_tokens, cache_dtype, *,
                  block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None, preempt: bool = True):
-        if not isinstance(preempt, bool):
-            raise ValueError(f"preempt must be True or False, got {preempt!r}")
+        validate.flag(preempt, "preempt")
         self.model, self.prompt, self.K, self.preempt = model, prompt_ids, K, preempt
-        block_size = _check_count(block_size, "block_size", 1)
+        block_size = validate.whole(block_size, "block_size", 1)
         if num_blocks is not None:
-            num_blocks = _check_count(num_blocks, "num_blocks", 1)
+            num_blocks = validate.whole(num_blocks, "num_blocks", 1)
         self.kv = model.new_cache(1, L_max, kind="paged", dtype=cache_dtype, capacity=K,
                                   block_size=block_size, num_blocks=num_blocks)
         longest = blocks_for(max(len(prompt_ids) + max_new_tokens - 1, 1), block_size)
@@ -295,7 +273,7 @@ class _PagedBeams:
         for r in sources:
             row_of.append(None if r is None else n)
             n += r is not None
-        kv._gather(keep)                                 # references move; nothing is copied
+        kv.rearrange(keep)                               # references move; nothing is copied
         while kv.batch and kv.blocks_needed(np.ones(kv.batch, np.int64)) > kv.num_free:
             if not self.preempt:
                 raise OutOfBlocks(kv.blocks_needed(np.ones(kv.batch, np.int64)), kv.num_free,
@@ -314,7 +292,7 @@ class _PagedBeams:
             while need > kv.num_free:                    # only resident beams hold blocks to give
                 self._preempt_newest(row_of)
             side = kv.new_batch()
-            side.add_sequence([kv.allocator.fork(b) for b in self.pinned], shared)
+            side.add_sequence(kv.share_blocks(self.pinned), shared)
             logits[j] = self.model.forward(tokens[shared:], np.array([len(tokens) - shared]), side)[0]
             row_of[j] = kv.adopt(side, 0)
         self.row_of = row_of
@@ -330,7 +308,7 @@ class _PagedBeams:
 
 
 def _check_beam_options(num_beams, length_penalty, early_stopping):
-    num_beams = _check_count(num_beams, "num_beams", 1)
+    num_beams = validate.whole(num_beams, "num_beams", 1)
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) \
             or not np.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
@@ -354,8 +332,8 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
     state as in ``greedy``.
     """
     num_beams, length_penalty, early_stopping = _check_beam_options(num_beams, length_penalty, early_stopping)
-    max_new_tokens = _check_count(max_new_tokens, "max_new_tokens", 0)
-    eos = _eos_set(model, eos_token_id)
+    max_new_tokens = validate.whole(max_new_tokens, "max_new_tokens", 0)
+    eos = validate.eos_ids(eos_token_id, model.config.vocab_size)
     if isinstance(prompt, (list, tuple)) and prompt and not isinstance(prompt[0], numbers.Integral) \
             or isinstance(prompt, np.ndarray) and prompt.ndim != 1:
         raise ValueError("beam_search takes one prompt (a list of token ids)")
@@ -365,72 +343,98 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
                       max_len=L_max, trace=trace, **cache_options)[0]
     if max_new_tokens == 0:
         return []
-    K, V = num_beams, model.config.vocab_size
-    n_candidates = max(2, 1 + len(eos)) * K
+    K = num_beams
     if cache == "paged":
         beams = _PagedBeams(model, prompt_ids, K, L_max, max_new_tokens, cache_dtype, **cache_options)
     else:
         beams = _ContiguousBeams(model, prompt_ids, K, L_max, cache, cache_dtype, **cache_options)
-    kv = beams.kv
+    search = _Search(K, model.config.vocab_size, max_new_tokens, eos, length_penalty, early_stopping)
     logits = beams.prefill()                                           # (1, V): the prompt once
-
-    # running beams: their new tokens and summed log-probabilities; beams 1.. start excluded, so
-    # the first step's candidates all extend beam 0 (every beam holds the same prompt)
-    running = np.zeros((K, max_new_tokens), np.int64)
-    running_scores = np.full(K, EXCLUDED)
-    running_scores[0] = 0.0
-    # finished hypotheses: the K best so far
-    finished = np.zeros((K, max_new_tokens), np.int64)
-    finished_len = np.zeros(K, np.int64)
-    finished_scores = np.full(K, EXCLUDED)
-    is_finished = np.zeros(K, bool)
-    can_improve = True
     for t in range(max_new_tokens):                                    # t tokens generated so far
-        logp = log_softmax(logits)                                     # (K, V), or (1, V) at t = 0
-        scores = (running_scores[:, None] + logp).reshape(-1)          # (K V,)
-        top = np.argsort(-scores, kind="stable")[:n_candidates]        # best first
-        parent, token = top // V, top % V
+        parents, ends = search.advance(log_softmax(logits), t)
+        if trace is not None:
+            trace.append({**search.trace_entry(t, parents), "preemptions": getattr(beams, "preemptions", 0),
+                          **_cache_state(beams.kv)})
+        if search.should_stop(t, ends):
+            break
+        logits = beams.step(parents, search.running[:, : t + 1])
+    beams.finish()
+    return search.best()
+
+
+class _Search:
+    """The hypotheses of a beam search, as transformers keeps them (see the module docstring).
+
+    running (K, max_new) tokens and their summed log-probabilities; beams 1.. start excluded, so
+    the first step's candidates all extend beam 0 (every beam holds the same prompt).  finished:
+    the K best finished hypotheses so far, their lengths and length-penalised scores.
+    """
+
+    def __init__(self, K: int, vocab: int, max_new: int, eos: np.ndarray, length_penalty: float,
+                 early_stopping):
+        self.K, self.V, self.max_new, self.eos = K, vocab, max_new, eos
+        self.length_penalty, self.early_stopping = length_penalty, early_stopping
+        self.n_candidates = max(2, 1 + len(eos)) * K
+        self.running = np.zeros((K, max_new), np.int64)
+        self.running_scores = np.full(K, EXCLUDED)
+        self.running_scores[0] = 0.0
+        self.finished = np.zeros((K, max_new), np.int64)
+        self.finished_len = np.zeros(K, np.int64)
+        self.finished_scores = np.full(K, EXCLUDED)
+        self.is_finished = np.zeros(K, bool)
+        self.can_improve = True
+
+    def advance(self, logp: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """One step from log-probabilities (K, V) (or (1, V) at t = 0): the 2 K best candidates,
+        the K best unfinished ones run on, those that end join the finished.  Returns each new
+        running beam's parent and which candidates ended."""
+        scores = (self.running_scores[:, None] + logp).reshape(-1)    # (K V,)
+        top = np.argsort(-scores, kind="stable")[: self.n_candidates]  # best first
+        parent, token = top // self.V, top % self.V
         cand_scores = scores[top]
-        cand = running[parent].copy()
+        cand = self.running[parent].copy()
         cand[:, t] = token
-        ends = np.isin(token, eos) | (t + 1 == max_new_tokens)         # EOS, or the length limit
+        ends = np.isin(token, self.eos) | (t + 1 == self.max_new)      # EOS, or the length limit
+        run_scores = cand_scores + ends * EXCLUDED                      # the K best unfinished run on
+        keep = np.argsort(-run_scores, kind="stable")[: self.K]
+        self._finish(cand, cand_scores, ends, t)
+        self.running, self.running_scores = cand[keep], run_scores[keep]
+        return parent[keep], ends
 
-        # the K best unfinished candidates run on
-        run_scores = cand_scores + ends * EXCLUDED
-        keep = np.argsort(-run_scores, kind="stable")[:K]
-        next_running, next_scores, next_parent = cand[keep], run_scores[keep], parent[keep]
-
-        # finished: candidates among the K best that end, scored per generated token
-        just_finished = ends & (np.arange(n_candidates) < K)
-        fin = cand_scores / float(t + 1) ** length_penalty
-        if early_stopping is True and is_finished.all():
+    def _finish(self, cand: np.ndarray, cand_scores: np.ndarray, ends: np.ndarray, t: int) -> None:
+        """Candidates among the K best that end join the finished, scored per generated token;
+        the K best of old and new are kept."""
+        just_finished = ends & (np.arange(self.n_candidates) < self.K)
+        fin = cand_scores / float(t + 1) ** self.length_penalty
+        if self.early_stopping is True and self.is_finished.all():
             fin = fin + EXCLUDED
-        if not can_improve:
+        if not self.can_improve:
             fin = fin + EXCLUDED
         fin = fin + (~just_finished) * EXCLUDED
-        merged_scores = np.concatenate([finished_scores, fin])
-        best = np.argsort(-merged_scores, kind="stable")[:K]
-        merged = np.concatenate([finished, cand])
-        merged_len = np.concatenate([finished_len, np.full(n_candidates, t + 1)])
-        merged_done = np.concatenate([is_finished, just_finished])
-        finished, finished_len = merged[best], merged_len[best]
-        finished_scores, is_finished = merged_scores[best], merged_done[best]
+        merged_scores = np.concatenate([self.finished_scores, fin])
+        best = np.argsort(-merged_scores, kind="stable")[: self.K]
+        self.finished = np.concatenate([self.finished, cand])[best]
+        self.finished_len = np.concatenate([self.finished_len, np.full(self.n_candidates, t + 1)])[best]
+        self.finished_scores = merged_scores[best]
+        self.is_finished = np.concatenate([self.is_finished, just_finished])[best]
 
-        running, running_scores = next_running, next_scores
-        if trace is not None:
-            trace.append({"step": t, "parents": next_parent.tolist(), "tokens": next_running[:, t].tolist(),
-                          "scores": next_scores.tolist(), "finished": finished_scores[is_finished].tolist(),
-                          "preemptions": getattr(beams, "preemptions", 0), **_cache_state(kv)})
-
-        # can the best running beam still beat the worst finished hypothesis?
+    def should_stop(self, t: int, ends: np.ndarray) -> bool:
+        """Can the best running beam still beat the worst finished hypothesis?  Stop when not,
+        when early_stopping=True has K finished, or when every candidate ended."""
         generated = t + 1
-        best_length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else generated
-        best_possible = running_scores[0] / float(best_length) ** length_penalty
-        worst = np.where(is_finished, finished_scores.min(), EXCLUDED)
-        can_improve = can_improve and bool(np.any(best_possible > worst))
-        all_done = early_stopping is True and is_finished.all()
-        if not can_improve or all_done or ends.all():
-            break
-        logits = beams.step(next_parent, running[:, : t + 1])
-    beams.finish()
-    return finished[0, : finished_len[0]].tolist()
+        best_length = self.max_new if self.early_stopping == "never" and self.length_penalty > 0 else generated
+        best_possible = self.running_scores[0] / float(best_length) ** self.length_penalty
+        worst = np.where(self.is_finished, self.finished_scores.min(), EXCLUDED)
+        self.can_improve = self.can_improve and bool(np.any(best_possible > worst))
+        all_done = self.early_stopping is True and self.is_finished.all()
+        return not self.can_improve or all_done or bool(ends.all())
+
+    def trace_entry(self, t: int, parents: np.ndarray) -> dict:
+        """The running beams after step t and the finished hypotheses' scores so far."""
+        return {"step": t, "parents": parents.tolist(), "tokens": self.running[:, t].tolist(),
+                "scores": self.running_scores.tolist(),
+                "finished": self.finished_scores[self.is_finished].tolist()}
+
+    def best(self) -> list[int]:
+        """The best finished hypothesis's new tokens."""
+        return self.finished[0, : self.finished_len[0]].tolist()
