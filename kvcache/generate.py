@@ -309,8 +309,7 @@ class _PagedBeams:
 
 def _check_beam_options(num_beams, length_penalty, early_stopping):
     num_beams = validate.whole(num_beams, "num_beams", 1)
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) \
-            or not np.isfinite(length_penalty):
+    if not validate.is_number(length_penalty) or not np.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
     if not (isinstance(early_stopping, bool) or (isinstance(early_stopping, str) and early_stopping == "never")):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")

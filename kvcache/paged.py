@@ -48,8 +48,12 @@ after every operation of a random sequence of them):
 5. a write goes only to a block whose count is 1 (shared blocks are copied first), so a write to
    one sequence never changes another.
 
-When a step needs more free blocks than there are, ``reserve`` raises ``OutOfBlocks`` (how many
-were asked for, how many are free) before anything is written or allocated.  What to do then
+A step starts with ``reserve(counts)``: it takes the blocks the step needs (copying a shared
+partial block first), and returns the step's plan (``kvcache.plan.StepPlan``) with the block and
+slot of every new position and the padded block tables attention gathers with; every layer
+writes and reads through that plan.  When a step needs more free blocks than there are,
+``reserve`` raises ``OutOfBlocks`` (how many were asked for, how many are free) before anything
+is written or allocated.  What to do then
 (preempt a sequence and recompute it later, or refuse) is the scheduler's decision
 (``kvcache.serving``, ``kvcache.generate``).
 """

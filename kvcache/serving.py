@@ -1,8 +1,10 @@
 """A serving loop over a paged KV cache: requests arrive, run as one batch, finish, and are
 preempted when blocks run out.
 
-A request is a prompt, a number of new tokens, an optional EOS and the step it arrives at.  Every
-step of ``serve``::
+A request is a prompt, a number of new tokens, an optional EOS and the step it arrives at.
+``serve(model, requests, ...)`` is ``Scheduler(model, ...).run(requests)``, whose loop is one
+method per numbered part of a step (``_arrive``, ``_make_room``, ``_admit``,
+``_forward_and_finish``); it uses the paged cache through its public methods only.  Every step::
 
     1. arrivals join the waiting queue (first come, first served)
     2. room for the running batch: its next token may need a block each; while the free blocks
@@ -37,7 +39,6 @@ token (``kv_waste``).  With ``prefix_sharing`` the full blocks of earlier reques
 """
 from __future__ import annotations
 
-import numbers
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -301,7 +302,7 @@ class Scheduler:
                  on_step: Callable[[StepStats, list, list, PagedKVCache], None] | None = None):
         if reserve not in RESERVE_POLICIES:
             raise ValueError(f"reserve must be one of {', '.join(RESERVE_POLICIES)}, got {reserve!r}")
-        if isinstance(watermark, bool) or not isinstance(watermark, numbers.Real) or not 0 <= watermark < 1:
+        if not validate.is_number(watermark) or not 0 <= watermark < 1:
             raise ValueError(f"watermark must be a share of the pool, from 0 to below 1, got {watermark!r}")
         self.model = model
         self.block_size = validate.whole(block_size, "block_size", 1)

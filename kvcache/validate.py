@@ -7,6 +7,7 @@ returns the value in the one form the engine computes with::
 
     whole(value, name, low)          an int >= low (bool refused: True is not a count)
     flag(value, name)                True or False, nothing else
+    is_number(value)                 a real number that is not a bool
     token_ids(ids, vocab, what)      int64 (N,), every id in 0 .. vocab - 1
     eos_ids(eos, vocab, what)        int64 (k,): one id or a list of them, None -> (0,)
     step_counts(counts, batch)       int64 (batch,), every count >= 1
@@ -18,12 +19,17 @@ import numbers
 
 import numpy as np
 
-__all__ = ["is_whole", "whole", "flag", "token_ids", "eos_ids", "step_counts", "index"]
+__all__ = ["is_whole", "is_number", "whole", "flag", "token_ids", "eos_ids", "step_counts", "index"]
 
 
 def is_whole(value) -> bool:
     """True for a Python or numpy integer that is not a bool (True and False are not counts)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value) -> bool:
+    """True for a real number (int, float, numpy scalar) that is not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def whole(value, name: str, low: int) -> int:
