@@ -372,6 +372,10 @@ class PagedKVCache(KVCache):
         """Live blocks of the pool (every batch on it, and pinned blocks)."""
         return self.allocator.num_used
 
+    def free_blocks(self) -> list[int]:
+        """The pool's free queue, front (next handed out) first."""
+        return self.allocator.free_blocks()
+
     @property
     def block_tables(self) -> list[list[int]]:
         """Every sequence's blocks (copies)."""
