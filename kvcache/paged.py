@@ -53,9 +53,8 @@ partial block first), and returns the step's plan (``kvcache.plan.StepPlan``) wi
 slot of every new position and the padded block tables attention gathers with; every layer
 writes and reads through that plan.  When a step needs more free blocks than there are,
 ``reserve`` raises ``OutOfBlocks`` (how many were asked for, how many are free) before anything
-is written or allocated.  What to do then
-(preempt a sequence and recompute it later, or refuse) is the scheduler's decision
-(``kvcache.serving``, ``kvcache.generate``).
+is written or allocated.  What to do then (preempt a sequence and recompute it later, or refuse)
+is the scheduler's decision (``kvcache.serving``, ``kvcache.generate``).
 """
 from __future__ import annotations
 
