@@ -46,7 +46,7 @@ from .plan import StepPlan, plan_step
 
 __all__ = ["CacheFullError", "LayerCache", "ContiguousLayerCache", "KVCache", "StepPlan",
            "CACHE_KINDS", "register_cache", "new_cache", "reorder_cache",
-           "check_reorder", "check_select", "check_crop", "check_room"]
+           "check_reorder", "check_select", "check_crop", "check_room", "check_plan"]
 
 
 class CacheFullError(ValueError):
@@ -91,6 +91,19 @@ def check_room(lengths: np.ndarray, counts: np.ndarray, max_len: int, rows=None)
         b = i if rows is None else rows[i]
         raise CacheFullError(f"sequence {b} holds {int(lengths[i])} tokens: {int(counts[i])} more "
                              f"would pass the cache's max_len of {max_len}")
+
+
+def check_plan(plan: StepPlan, lengths: np.ndarray, expected: str) -> None:
+    """A ValueError unless ``plan`` is a StepPlan of this cache's step: as many rows, and its
+    ``expected`` lengths ("starts" before a contiguous layer writes, "ends" otherwise) equal to
+    what the cache holds.  A plan reserved before a reorder, select or crop is refused before it
+    writes anywhere."""
+    if not isinstance(plan, StepPlan):
+        raise TypeError(f"update and attend take the StepPlan that reserve(counts) returned, got "
+                        f"{type(plan).__name__}")
+    if len(lengths) != plan.batch or not np.array_equal(lengths, getattr(plan, expected)):
+        raise ValueError(f"the plan was reserved for {plan.batch} sequences of {getattr(plan, expected).tolist()} "
+                         f"tokens, the cache holds {lengths.tolist()}: reserve the step again")
 
 
 # ---------------------------------------------------------------------- the interface
@@ -246,6 +259,7 @@ class ContiguousLayerCache(LayerCache):
     def update(self, k: np.ndarray, v: np.ndarray, plan: StepPlan) -> None:
         """Write the step's positions: k, v (N, G, d) packed; row b's go to plan.starts[b] ..."""
         B = self._batch
+        check_plan(plan, self.lengths, "starts")
         if plan.is_decode:                                      # one position per row
             at = (np.arange(B), slice(None), plan.starts)      # [b, :, starts[b]] -> (B, G, d)
             self._store(self.k, self.k_scale, at, k)
@@ -269,6 +283,7 @@ class ContiguousLayerCache(LayerCache):
     def attend(self, q: np.ndarray, plan: StepPlan) -> np.ndarray:
         """q (N, H, d): the step's queries (their keys already written)  ->  (N, H, d)."""
         B = self._batch
+        check_plan(plan, self.lengths, "ends")
         if plan.is_decode:                                      # one query per row
             T = plan.context
             K = self._read(self.k, self.k_scale, slice(0, B), slice(0, T))   # (B, G, T, d)

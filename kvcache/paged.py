@@ -66,8 +66,8 @@ from typing import Callable, Iterable
 import numpy as np
 
 from . import validate
-from .cache import (CacheFullError, KVCache, LayerCache, check_crop, check_reorder, check_room,
-                    check_select, register_cache)
+from .cache import (CacheFullError, KVCache, LayerCache, check_crop, check_plan, check_reorder,
+                    check_room, check_select, register_cache)
 from .cache_dtypes import CacheDtype, cache_dtype
 from .gqa import attend_new_tokens, decode_attention
 from .plan import StepPlan, plan_step
@@ -728,8 +728,9 @@ class PagedLayerCache(LayerCache):
 
     def update(self, k: np.ndarray, v: np.ndarray, plan: StepPlan) -> None:
         """Write the step's positions (k, v (N, G, d) packed) into the slots the plan reserved."""
-        if plan.slot_blocks is None:
+        if getattr(plan, "slot_blocks", None) is None:
             raise TypeError("a paged layer writes a plan made by its PagedKVCache.reserve")
+        check_plan(plan, self.cache.lengths, "ends")
         pool, i = self.cache.pool, self.index
         for buf, scales, x in ((pool.k[i], pool.k_scale[i], k), (pool.v[i], pool.v_scale[i], v)):
             data, scale = self.format.encode(x)
@@ -767,6 +768,7 @@ class PagedLayerCache(LayerCache):
         """q (N, H, d): the step's queries  ->  (N, H, d).  Rows with one new token attend
         together (one gather of the plan's table, ``decode_attention``); longer ones (a prompt)
         one by one, causally."""
+        check_plan(plan, self.cache.lengths, "ends")
         if plan.is_decode:
             K, V = self._gathered(plan.table, plan.context)
             return decode_attention(q, K, V, plan.ends)

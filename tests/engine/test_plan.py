@@ -123,3 +123,22 @@ def test_a_layer_refuses_a_plan_it_cannot_write():
         paged[0].update(k, k, contiguous.reserve(np.array([1, 1])))
     assert isinstance(paged[0].reserve(np.array([1, 1])), StepPlan)       # a layer reserves for its batch
     assert paged.lengths.tolist() == [1, 1]
+
+
+def test_a_plan_reserved_before_the_rows_changed_is_refused_before_it_writes():
+    rng = np.random.default_rng(3)
+    for kv in (new_cache("contiguous", n_layers=1, batch=2, kv_heads=G, head_dim=D_HEAD, max_len=12, capacity=3),
+               PagedKVCache(1, 2, G, D_HEAD, 12, block_size=4, capacity=3)):
+        k = rng.standard_normal((5, G, D_HEAD)).astype(np.float32)
+        first = kv.reserve(np.array([3, 2]))
+        kv[0].update(k, k, first)
+        stale = kv.reserve(np.array([1, 1]))
+        kv.reorder([1, 0, 0])                             # the rows changed after the plan was made
+        before = [kv[0].keys(b) for b in range(kv.batch)]
+        with pytest.raises(ValueError, match="reserve the step again"):
+            kv[0].update(k[:2], k[:2], stale)
+        with pytest.raises(ValueError, match="reserve the step again"):
+            kv[0].attend(np.zeros((2, 4, D_HEAD), np.float32), stale)
+        assert all(np.array_equal(a, kv[0].keys(b)) for b, a in enumerate(before))       # nothing written
+        with pytest.raises(TypeError, match="StepPlan"):
+            kv[0].attend(np.zeros((2, 4, D_HEAD), np.float32), np.array([1, 1]))
