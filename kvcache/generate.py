@@ -132,18 +132,10 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     arrays, L_max = check_prompts(model, prompts, max_new_tokens, max_len)
     if prefill not in ("ragged", "padded"):
         raise ValueError(f"prefill must be 'ragged' or 'padded', got {prefill!r}")
+    out: list[list[int]] = [[] for _ in arrays]
     if cache == "paged":
         return _greedy_paged(model, arrays, max_new_tokens, eos, L_max, cache_dtype, prefill,
                              trace, **cache_options)
-    return _greedy_contiguous(model, arrays, max_new_tokens, eos, L_max, cache, cache_dtype, prefill, trace,
-                              **cache_options)
-
-
-def _greedy_contiguous(model, arrays, max_new_tokens, eos: np.ndarray, L_max, cache, cache_dtype, prefill,
-                       trace, **cache_options) -> list[list[int]]:
-    """Greedy decoding of checked prompts in one batch of a ``cache`` layout: prefill, then one
-    decode step per token, finished rows leaving the batch."""
-    out: list[list[int]] = [[] for _ in arrays]
     if max_new_tokens == 0:
         return out
     kv = model.new_cache(len(arrays), L_max, kind=cache, dtype=cache_dtype, **cache_options)
