@@ -342,98 +342,72 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
                       max_len=L_max, trace=trace, **cache_options)[0]
     if max_new_tokens == 0:
         return []
-    K = num_beams
+    K, V = num_beams, model.config.vocab_size
+    n_candidates = max(2, 1 + len(eos)) * K
     if cache == "paged":
         beams = _PagedBeams(model, prompt_ids, K, L_max, max_new_tokens, cache_dtype, **cache_options)
     else:
         beams = _ContiguousBeams(model, prompt_ids, K, L_max, cache, cache_dtype, **cache_options)
-    search = _Search(K, model.config.vocab_size, max_new_tokens, eos, length_penalty, early_stopping)
+    kv = beams.kv
     logits = beams.prefill()                                           # (1, V): the prompt once
+
+    # running beams: their new tokens and summed log-probabilities; beams 1.. start excluded, so
+    # the first step's candidates all extend beam 0 (every beam holds the same prompt)
+    running = np.zeros((K, max_new_tokens), np.int64)
+    running_scores = np.full(K, EXCLUDED)
+    running_scores[0] = 0.0
+    # finished hypotheses: the K best so far
+    finished = np.zeros((K, max_new_tokens), np.int64)
+    finished_len = np.zeros(K, np.int64)
+    finished_scores = np.full(K, EXCLUDED)
+    is_finished = np.zeros(K, bool)
+    can_improve = True
     for t in range(max_new_tokens):                                    # t tokens generated so far
-        parents, ends = search.advance(log_softmax(logits), t)
-        if trace is not None:
-            trace.append({**search.trace_entry(t, parents), "preemptions": getattr(beams, "preemptions", 0),
-                          **_cache_state(beams.kv)})
-        if search.should_stop(t, ends):
-            break
-        logits = beams.step(parents, search.running[:, : t + 1])
-    beams.finish()
-    return search.best()
-
-
-class _Search:
-    """The hypotheses of a beam search, as transformers keeps them (see the module docstring).
-
-    running (K, max_new) tokens and their summed log-probabilities; beams 1.. start excluded, so
-    the first step's candidates all extend beam 0 (every beam holds the same prompt).  finished:
-    the K best finished hypotheses so far, their lengths and length-penalised scores.
-    """
-
-    def __init__(self, K: int, vocab: int, max_new: int, eos: np.ndarray, length_penalty: float,
-                 early_stopping):
-        self.K, self.V, self.max_new, self.eos = K, vocab, max_new, eos
-        self.length_penalty, self.early_stopping = length_penalty, early_stopping
-        self.n_candidates = max(2, 1 + len(eos)) * K
-        self.running = np.zeros((K, max_new), np.int64)
-        self.running_scores = np.full(K, EXCLUDED)
-        self.running_scores[0] = 0.0
-        self.finished = np.zeros((K, max_new), np.int64)
-        self.finished_len = np.zeros(K, np.int64)
-        self.finished_scores = np.full(K, EXCLUDED)
-        self.is_finished = np.zeros(K, bool)
-        self.can_improve = True
-
-    def advance(self, logp: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """One step from log-probabilities (K, V) (or (1, V) at t = 0): the 2 K best candidates,
-        the K best unfinished ones run on, those that end join the finished.  Returns each new
-        running beam's parent and which candidates ended."""
-        scores = (self.running_scores[:, None] + logp).reshape(-1)    # (K V,)
-        top = np.argsort(-scores, kind="stable")[: self.n_candidates]  # best first
-        parent, token = top // self.V, top % self.V
+        logp = log_softmax(logits)                                     # (K, V), or (1, V) at t = 0
+        scores = (running_scores[:, None] + logp).reshape(-1)          # (K V,)
+        top = np.argsort(-scores, kind="stable")[:n_candidates]        # best first
+        parent, token = top // V, top % V
         cand_scores = scores[top]
-        cand = self.running[parent].copy()
+        cand = running[parent].copy()
         cand[:, t] = token
-        ends = np.isin(token, self.eos) | (t + 1 == self.max_new)      # EOS, or the length limit
-        run_scores = cand_scores + ends * EXCLUDED                      # the K best unfinished run on
-        keep = np.argsort(-run_scores, kind="stable")[: self.K]
-        self._finish(cand, cand_scores, ends, t)
-        self.running, self.running_scores = cand[keep], run_scores[keep]
-        return parent[keep], ends
+        ends = np.isin(token, eos) | (t + 1 == max_new_tokens)         # EOS, or the length limit
 
-    def _finish(self, cand: np.ndarray, cand_scores: np.ndarray, ends: np.ndarray, t: int) -> None:
-        """Candidates among the K best that end join the finished, scored per generated token;
-        the K best of old and new are kept."""
-        just_finished = ends & (np.arange(self.n_candidates) < self.K)
-        fin = cand_scores / float(t + 1) ** self.length_penalty
-        if self.early_stopping is True and self.is_finished.all():
+        # the K best unfinished candidates run on
+        run_scores = cand_scores + ends * EXCLUDED
+        keep = np.argsort(-run_scores, kind="stable")[:K]
+        next_running, next_scores, next_parent = cand[keep], run_scores[keep], parent[keep]
+
+        # finished: candidates among the K best that end, scored per generated token
+        just_finished = ends & (np.arange(n_candidates) < K)
+        fin = cand_scores / float(t + 1) ** length_penalty
+        if early_stopping is True and is_finished.all():
             fin = fin + EXCLUDED
-        if not self.can_improve:
+        if not can_improve:
             fin = fin + EXCLUDED
         fin = fin + (~just_finished) * EXCLUDED
-        merged_scores = np.concatenate([self.finished_scores, fin])
-        best = np.argsort(-merged_scores, kind="stable")[: self.K]
-        self.finished = np.concatenate([self.finished, cand])[best]
-        self.finished_len = np.concatenate([self.finished_len, np.full(self.n_candidates, t + 1)])[best]
-        self.finished_scores = merged_scores[best]
-        self.is_finished = np.concatenate([self.is_finished, just_finished])[best]
+        merged_scores = np.concatenate([finished_scores, fin])
+        best = np.argsort(-merged_scores, kind="stable")[:K]
+        merged = np.concatenate([finished, cand])
+        merged_len = np.concatenate([finished_len, np.full(n_candidates, t + 1)])
+        merged_done = np.concatenate([is_finished, just_finished])
+        finished, finished_len = merged[best], merged_len[best]
+        finished_scores, is_finished = merged_scores[best], merged_done[best]
 
-    def should_stop(self, t: int, ends: np.ndarray) -> bool:
-        """Can the best running beam still beat the worst finished hypothesis?  Stop when not,
-        when early_stopping=True has K finished, or when every candidate ended."""
+        running, running_scores = next_running, next_scores
+        if trace is not None:
+            trace.append({"step": t, "parents": next_parent.tolist(), "tokens": next_running[:, t].tolist(),
+                          "scores": next_scores.tolist(), "finished": finished_scores[is_finished].tolist(),
+                          "preemptions": getattr(beams, "preemptions", 0), **_cache_state(kv)})
+
+        # can the best running beam still beat the worst finished hypothesis?
         generated = t + 1
-        best_length = self.max_new if self.early_stopping == "never" and self.length_penalty > 0 else generated
-        best_possible = self.running_scores[0] / float(best_length) ** self.length_penalty
-        worst = np.where(self.is_finished, self.finished_scores.min(), EXCLUDED)
-        self.can_improve = self.can_improve and bool(np.any(best_possible > worst))
-        all_done = self.early_stopping is True and self.is_finished.all()
-        return not self.can_improve or all_done or bool(ends.all())
-
-    def trace_entry(self, t: int, parents: np.ndarray) -> dict:
-        """The running beams after step t and the finished hypotheses' scores so far."""
-        return {"step": t, "parents": parents.tolist(), "tokens": self.running[:, t].tolist(),
-                "scores": self.running_scores.tolist(),
-                "finished": self.finished_scores[self.is_finished].tolist()}
-
-    def best(self) -> list[int]:
-        """The best finished hypothesis's new tokens."""
-        return self.finished[0, : self.finished_len[0]].tolist()
+        best_length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else generated
+        best_possible = running_scores[0] / float(best_length) ** length_penalty
+        worst = np.where(is_finished, finished_scores.min(), EXCLUDED)
+        can_improve = can_improve and bool(np.any(best_possible > worst))
+        all_done = early_stopping is True and is_finished.all()
+        if not can_improve or all_done or ends.all():
+            break
+        logits = beams.step(next_parent, running[:, : t + 1])
+    beams.finish()
+    return finished[0, : finished_len[0]].tolist()

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from . import validate
-from .cache import KVCache, new_cache
+from .cache import KVCache, LayerCache, new_cache
 from .checkpoint import read_config, read_state_dict
 from .config import ModelConfig
 from .gqa import causal_attention
@@ -240,23 +240,27 @@ class Model:
         cfg = ModelConfig.from_dict(config)
         return cls.from_hf(random_state_dict(cfg, seed), cfg, dtype)
 
-    # ------------------------------------------------------------------ one layer, in two halves
+    # ------------------------------------------------------------------ one layer, either attention
 
-    def _qkv(self, x, w: LayerWeights, cos, sin):
-        """A layer up to its attention: x (N, D) -> q (N, H, d), k, v (N, G, d), rotated."""
+    def _layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
+               plan: StepPlan | None = None):
+        """x (N, D) -> (N, D).  Without a cache the N tokens are one sequence and attend causally
+        to each other; with one, the step's keys and values are written into the layer's cache
+        and its queries attend to it, as the step's ``plan`` says (``KVCache.reserve``)."""
         cfg = self.config
         N = x.shape[0]
         h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)
         qkv = linear(h, w.wqkv)                                         # (N, H d + 2 G d)
         H, G = cfg.num_attention_heads, cfg.num_key_value_heads
         qk = apply_rope(qkv[:, : cfg.q_width + cfg.kv_width].reshape(N, H + G, cfg.head_dim), cos, sin)
+        q, k = qk[:, :H], qk[:, H:]                                     # (N, H, d), (N, G, d)
         v = qkv[:, cfg.q_width + cfg.kv_width:].reshape(N, G, cfg.head_dim)
-        return qk[:, :H], qk[:, H:], v
-
-    def _after_attention(self, x, o, w: LayerWeights):
-        """The rest of the layer: x (N, D) and the attention o (N, H, d) -> (N, D)."""
-        cfg = self.config
-        x = x + linear(o.reshape(x.shape[0], cfg.q_width), w.wo)
+        if cache is None:
+            o = causal_attention(q, k, v)                               # (N, H, d)
+        else:
+            cache.update(k, v, plan)
+            o = cache.attend(q, plan)                                   # (N, H, d)
+        x = x + linear(o.reshape(N, cfg.q_width), w.wo)
         return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
 
     def _head(self, x):
@@ -292,8 +296,7 @@ class Model:
         cos, sin = self._rope(np.arange(T))
         x = self.embed[ids]                                             # (T, D)
         for w in self.layers:
-            q, k, v = self._qkv(x, w, cos, sin)
-            x = self._after_attention(x, causal_attention(q, k, v), w)
+            x = self._layer(x, w, cos, sin)
         return x
 
     def logits(self, token_ids) -> np.ndarray:
@@ -355,9 +358,7 @@ class Model:
         cos, sin = self._rope(plan.positions)
         x = self.embed[ids]                                             # (N, D)
         for w, layer_cache in zip(self.layers, cache):
-            q, k, v = self._qkv(x, w, cos, sin)
-            layer_cache.update(k, v, plan)
-            x = self._after_attention(x, layer_cache.attend(q, plan), w)
+            x = self._layer(x, w, cos, sin, layer_cache, plan)
         return x
 
     def prefill(self, prompts, cache: KVCache, padded: bool = False) -> np.ndarray:
