@@ -227,8 +227,11 @@ def against_transformers(model, peer: Peer, threads: int) -> dict:
                   f"(goal >= {goal:g}x: {'met' if e / t >= goal else 'NOT met'}); "
                   f"same greedy tokens: {100 * same:.0f}%")
     # where an engine decode step goes at batch 1: the output layer reads 32.8 MB of weights
+    from kvcache.linear import linear
+    from kvcache.norm import rms_norm
     h = np.zeros((1, CONFIG["hidden_size"]), np.float32)
-    head = min(_timed(lambda: model._head(h)) for _ in range(20))
+    eps = model.config.rms_norm_eps
+    head = min(_timed(lambda: linear(rms_norm(h, model.norm, eps), model.lm_head)) for _ in range(20))
     step = min(engine_decode(model, _prompts(1, PROMPT, seed=1), NEW)[0] for _ in range(2)) / NEW
     print(f"   one engine decode step at batch 1: {1e3 * step:.2f} ms, of which the output layer "
           f"({model.lm_head.nbytes / 1e6:.1f} MB of weights) {1e3 * head:.2f} ms")

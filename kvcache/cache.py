@@ -9,105 +9,186 @@ Every sequence has its own length: row b holds positions 0 .. lengths[b] - 1, an
 beyond is never read.  The buffers are allocated once, for L_max positions (preallocation: no
 copy when a sequence grows, at the price of reserving room it may never use).
 
-The interface a layer's attention sees (``LayerCache``)::
+The interface a layer's attention sees (``LayerCache``, an abstract base class)::
 
-    update(k, v, counts)    append counts[b] new positions to row b        (in place)
-    attend(q, counts)       the newest counts[b] queries of row b attend to row b's cache
-    reorder(beam_idx)       row i becomes old row beam_idx[i] (repeats allowed: beam search)
-    select(rows)            keep only these rows, in this order (finished sequences leave)
-    crop(n)                 forget positions >= n (one n for all rows, or one per row)
+    reserve(counts) -> plan   check that counts[b] new positions fit in row b; the step's plan
+    update(k, v, plan)        write the step's keys and values                 (in place)
+    attend(q, plan)           the step's queries attend to their rows' caches
+    reorder(beam_idx)         row i becomes old row beam_idx[i] (repeats allowed: beam search)
+    select(rows)              keep only these rows, in this order (finished sequences leave)
+    crop(n)                   forget positions >= n (one n for all rows, or one per row)
 
-The model calls only ``update`` and ``attend``, so it never knows how the positions are laid out:
-another layout is another ``LayerCache`` registered under its own name with ``register_cache``,
-and ``new_cache(kind, ...)`` / ``generate.greedy(..., cache=kind)`` select it.  ``kvcache.paged``
-registers "paged" (fixed-size blocks from one pool, with block tables).  ``KVCache`` holds the layers of one model, checks that a step fits before any layer
-writes (``reserve``), and applies reorder/select/crop to every layer.
+The model calls only ``reserve`` (once per step, on the ``KVCache``), ``update`` and ``attend``,
+so it never knows how the positions are laid out: another layout is another ``LayerCache``
+registered under its own name with ``register_cache``, and ``new_cache(kind, ...)`` /
+``generate.greedy(..., cache=kind)`` select it.  ``kvcache.paged`` registers "paged"
+(fixed-size blocks from one pool, with block tables).  ``KVCache`` holds the layers of one
+model, checks that a step fits before any layer writes (``reserve``), and applies
+reorder/select/crop to every layer; the checks of their arguments are written once
+(``check_reorder``, ``check_select``, ``check_crop``) for every layout.
 
 New tokens arrive packed: k, v (N, G, d) with N = sum(counts), row 0's tokens first, every
-counts[b] >= 1 (``KVCache.reserve`` checks it).  Decode is the case counts = [1, ..., 1], which
-is exactly the case N = B, so a layer tells it by the number of rows alone.
+counts[b] >= 1.  The plan (``kvcache.plan.StepPlan``) says where each goes and whether the step
+is a decode (every count 1), decided there once; a layer keeps no state between ``update`` and
+``attend``.
 """
 from __future__ import annotations
 
 import inspect
+from abc import ABC, abstractmethod
 
 import numpy as np
 
+from . import validate
 from .cache_dtypes import CacheDtype, cache_dtype
 from .gqa import attend_new_tokens, decode_attention
+from .plan import StepPlan, plan_step
 
-__all__ = ["CacheFullError", "LayerCache", "ContiguousLayerCache", "KVCache",
-           "CACHE_KINDS", "register_cache", "new_cache", "reorder_cache"]
+__all__ = ["CacheFullError", "LayerCache", "ContiguousLayerCache", "KVCache", "StepPlan",
+           "CACHE_KINDS", "register_cache", "new_cache", "reorder_cache",
+           "check_reorder", "check_select", "check_crop", "check_room", "check_plan"]
 
 
 class CacheFullError(ValueError):
     """A step would write past a sequence's room (named in the message); nothing was written."""
 
 
-def _as_index(idx, upper: int, what: str) -> np.ndarray:
-    """An integer index array with every entry in [0, upper), or a ValueError naming ``what``."""
-    arr = np.asarray(idx)
-    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"{what} must be a 1-d sequence of integers, got {idx!r}")
-    arr = arr.astype(np.int64)
-    bad = (arr < 0) | (arr >= upper)
-    if bad.any():
-        raise ValueError(f"{what} {arr[bad][0]} is out of range: the cache holds {upper} sequences")
-    return arr
+# ---------------------------------------------------------------------- the checks every layout shares
 
 
-class LayerCache:
-    """One layer's keys and values for a batch of sequences (the interface; see the module doc).
+def check_reorder(beam_idx, batch: int, capacity: int) -> np.ndarray:
+    """``reorder``'s argument: 1 to ``capacity`` rows, each one of the ``batch`` held (repeats
+    allowed) -> int64 (n,)."""
+    idx = validate.index(beam_idx, batch, "beam index")
+    if not 1 <= len(idx) <= capacity:
+        raise ValueError(f"reorder to {len(idx)} sequences: the cache has room for 1 to {capacity}")
+    return idx
 
-    Subclasses implement ``update``, ``attend``, ``_gather``, ``keys``, ``values``, ``copy`` and
-    the byte counts; validation of reorder/select/crop lives here so every layout refuses the same
-    bad input the same way.
-    """
 
-    batch: int          # sequences now held
-    capacity: int       # sequences it has room for
-    max_len: int        # positions it has room for, per sequence
-    _lengths: np.ndarray
+def check_select(rows, batch: int) -> np.ndarray:
+    """``select``'s argument: distinct rows of the ``batch`` held -> int64 (n,)."""
+    idx = validate.index(rows, batch, "row")
+    if len(np.unique(idx)) != len(idx):
+        raise ValueError(f"select takes distinct rows, got {list(idx)} (reorder repeats rows)")
+    return idx
+
+
+def check_crop(n, batch: int) -> np.ndarray:
+    """``crop``'s argument: one length >= 0, or one per sequence (batch,)."""
+    n = np.asarray(n)
+    if n.ndim not in (0, 1) or (n.ndim == 1 and len(n) != batch) \
+            or not np.issubdtype(n.dtype, np.integer) or (n < 0).any():
+        raise ValueError(f"crop takes a length >= 0 or one per sequence ({batch}), got {n!r}")
+    return n
+
+
+def check_room(lengths: np.ndarray, counts: np.ndarray, max_len: int, rows=None) -> None:
+    """CacheFullError naming the first sequence (``rows[i]``, or i) that counts[i] more tokens
+    would take past ``max_len``."""
+    over = np.flatnonzero(lengths + counts > max_len)
+    if len(over):
+        i = int(over[0])
+        b = i if rows is None else rows[i]
+        raise CacheFullError(f"sequence {b} holds {int(lengths[i])} tokens: {int(counts[i])} more "
+                             f"would pass the cache's max_len of {max_len}")
+
+
+def check_plan(plan: StepPlan, lengths: np.ndarray, expected: str) -> None:
+    """A ValueError unless ``plan`` is a StepPlan of this cache's step: as many rows, and its
+    ``expected`` lengths ("starts" before a contiguous layer writes, "ends" otherwise) equal to
+    what the cache holds.  A plan reserved before a reorder, select or crop is refused before it
+    writes anywhere."""
+    if not isinstance(plan, StepPlan):
+        raise TypeError(f"update and attend take the StepPlan that reserve(counts) returned, got "
+                        f"{type(plan).__name__}")
+    if len(lengths) != plan.batch or not np.array_equal(lengths, getattr(plan, expected)):
+        raise ValueError(f"the plan was reserved for {plan.batch} sequences of {getattr(plan, expected).tolist()} "
+                         f"tokens, the cache holds {lengths.tolist()}: reserve the step again")
+
+
+# ---------------------------------------------------------------------- the interface
+
+
+class LayerCache(ABC):
+    """One layer's keys and values for a batch of sequences: the interface the model sees (see the
+    module doc).  Every member is abstract; the argument checks that reorder/select/crop share
+    are the module's ``check_*`` functions, so every layout refuses the same bad input the same
+    way."""
 
     @property
+    @abstractmethod
+    def batch(self) -> int:
+        """Sequences now held."""
+
+    @property
+    @abstractmethod
+    def capacity(self) -> int:
+        """Sequences it has room for."""
+
+    @property
+    @abstractmethod
+    def max_len(self) -> int:
+        """Positions it has room for, per sequence."""
+
+    @property
+    @abstractmethod
     def lengths(self) -> np.ndarray:
         """(batch,) tokens cached per sequence (a read-only view)."""
-        view = self._lengths[: self.batch]
-        view.flags.writeable = False
-        return view
 
-    def update(self, k: np.ndarray, v: np.ndarray, counts: np.ndarray) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def reserve(self, counts) -> StepPlan:
+        """Check that counts[b] more tokens fit in row b and return the step's plan; an error
+        (``CacheFullError``) leaves everything as it was."""
 
-    def attend(self, q: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+    @abstractmethod
+    def update(self, k: np.ndarray, v: np.ndarray, plan: StepPlan) -> None:
+        """Write the step's keys and values, k, v (N, G, d) packed as ``plan.offsets`` says."""
 
-    def _gather(self, idx: np.ndarray) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def attend(self, q: np.ndarray, plan: StepPlan) -> np.ndarray:
+        """q (N, H, d): the step's queries, each against its row's first ``plan.ends[b]``
+        positions, causally -> (N, H, d)."""
 
+    @abstractmethod
     def reorder(self, beam_idx) -> None:
         """Row i becomes (a copy of) old row beam_idx[i], in place.  Indices may repeat (two beams
         with one parent) and the batch may grow up to ``capacity`` (expanding a prompt to beams).
         Rows that repeat a parent are copies: writing one never changes another."""
-        idx = _as_index(beam_idx, self.batch, "beam index")
-        if not 1 <= len(idx) <= self.capacity:
-            raise ValueError(f"reorder to {len(idx)} sequences: the cache has room for 1 to {self.capacity}")
-        self._gather(idx)
 
+    @abstractmethod
     def select(self, rows) -> None:
         """Keep only the sequences ``rows`` (distinct), in that order, in place."""
-        idx = _as_index(rows, self.batch, "row")
-        if len(np.unique(idx)) != len(idx):
-            raise ValueError(f"select takes distinct rows, got {list(idx)} (reorder copies rows)")
-        self._gather(idx)
 
+    @abstractmethod
     def crop(self, n) -> None:
         """Forget every position >= n: one n for all rows, or one per row (batch,)."""
-        n = np.asarray(n)
-        if n.ndim not in (0, 1) or (n.ndim == 1 and len(n) != self.batch) \
-                or not np.issubdtype(n.dtype, np.integer) or (n < 0).any():
-            raise ValueError(f"crop takes a length >= 0 or one per sequence ({self.batch}), got {n!r}")
-        np.minimum(self._lengths[: self.batch], n, out=self._lengths[: self.batch])
+
+    @abstractmethod
+    def keys(self, row: int) -> np.ndarray:
+        """The keys of sequence ``row``: a new (G, lengths[row], d) array in the compute dtype."""
+
+    @abstractmethod
+    def values(self, row: int) -> np.ndarray:
+        """The values of sequence ``row``: a new (G, lengths[row], d) array in the compute dtype."""
+
+    @abstractmethod
+    def copy(self) -> "LayerCache":
+        """An independent copy."""
+
+    @property
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Bytes allocated."""
+
+    @property
+    @abstractmethod
+    def used_bytes(self) -> int:
+        """Bytes holding cached positions."""
+
+    @property
+    @abstractmethod
+    def bytes_copied(self) -> int:
+        """Bytes moved so far by reorder, select and copy-on-write."""
 
 
 class ContiguousLayerCache(LayerCache):
@@ -125,7 +206,7 @@ class ContiguousLayerCache(LayerCache):
                              f"max_len >= 1 ({max_len})")
         self.format: CacheDtype = cache_dtype(dtype)
         self.compute_dtype = np.dtype(compute_dtype)
-        self.batch, self.capacity, self.max_len = batch, capacity, max_len
+        self._batch, self._capacity, self._max_len = batch, capacity, max_len
         self.kv_heads, self.head_dim = kv_heads, head_dim
         shape = (capacity, kv_heads, max_len, head_dim)
         self.k = np.zeros(shape, self.format.storage)              # [B, G, L_max, d]
@@ -133,7 +214,36 @@ class ContiguousLayerCache(LayerCache):
         self.k_scale = np.zeros(shape[:3], np.float32) if self.format.scaled else None   # [B, G, L_max]
         self.v_scale = np.zeros(shape[:3], np.float32) if self.format.scaled else None
         self._lengths = np.zeros(capacity, np.int64)
-        self.bytes_copied = 0
+        self._bytes_copied = 0
+
+    @property
+    def batch(self) -> int:
+        return self._batch
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def max_len(self) -> int:
+        return self._max_len
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """(batch,) tokens cached per sequence (a read-only view)."""
+        view = self._lengths[: self._batch]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def bytes_copied(self) -> int:
+        return self._bytes_copied
+
+    def reserve(self, counts) -> StepPlan:
+        """The plan of a step of counts[b] new tokens for row b, checked against max_len."""
+        counts = validate.step_counts(counts, self._batch)
+        check_room(self.lengths, counts, self._max_len)
+        return plan_step(counts, self.lengths)
 
     # ------------------------------------------------------------------ writing
 
@@ -146,24 +256,21 @@ class ContiguousLayerCache(LayerCache):
         buf[rows] = data
         scales[rows] = scale
 
-    def update(self, k: np.ndarray, v: np.ndarray, counts: np.ndarray) -> None:
-        """Append counts[b] new positions to row b.  k, v (N, G, d) packed, N = sum(counts).
-
-        Room is checked by ``KVCache.reserve`` before the model computes anything."""
-        B = self.batch
-        if len(k) == B:                       # decode (counts >= 1 sum to N = B): one position per row
-            at = (np.arange(B), slice(None), self._lengths[:B])    # [b, :, lengths[b]] -> (B, G, d)
+    def update(self, k: np.ndarray, v: np.ndarray, plan: StepPlan) -> None:
+        """Write the step's positions: k, v (N, G, d) packed; row b's go to plan.starts[b] ..."""
+        B = self._batch
+        check_plan(plan, self.lengths, "starts")
+        if plan.is_decode:                                      # one position per row
+            at = (np.arange(B), slice(None), plan.starts)      # [b, :, starts[b]] -> (B, G, d)
             self._store(self.k, self.k_scale, at, k)
             self._store(self.v, self.v_scale, at, v)
         else:                                                   # prefill: counts[b] positions
-            start = self._lengths[:B].copy()
-            off = 0
-            for b, n in enumerate(counts):
-                at = (b, slice(None), slice(start[b], start[b] + n))   # (G, n, d)
-                self._store(self.k, self.k_scale, at, k[off:off + n].transpose(1, 0, 2))
-                self._store(self.v, self.v_scale, at, v[off:off + n].transpose(1, 0, 2))
-                off += n
-        self._lengths[:B] += counts
+            for b, (lo, hi) in enumerate(zip(plan.offsets[:-1].tolist(), plan.offsets[1:].tolist())):
+                s = int(plan.starts[b])
+                at = (b, slice(None), slice(s, s + hi - lo))    # (G, n, d)
+                self._store(self.k, self.k_scale, at, k[lo:hi].transpose(1, 0, 2))
+                self._store(self.v, self.v_scale, at, v[lo:hi].transpose(1, 0, 2))
+        self._lengths[:B] = plan.ends
 
     # ------------------------------------------------------------------ reading
 
@@ -173,23 +280,21 @@ class ContiguousLayerCache(LayerCache):
         scale = None if scales is None else scales[rows, :, positions]
         return self.format.decode(data, scale, self.compute_dtype)
 
-    def attend(self, q: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """q (N, H, d): the newest counts[b] queries of row b (already in the cache)  ->  (N, H, d)."""
-        B = self.batch
-        lengths = self._lengths[:B]
-        if len(q) == B:                                         # decode: one query per row
-            T = int(lengths.max())
+    def attend(self, q: np.ndarray, plan: StepPlan) -> np.ndarray:
+        """q (N, H, d): the step's queries (their keys already written)  ->  (N, H, d)."""
+        B = self._batch
+        check_plan(plan, self.lengths, "ends")
+        if plan.is_decode:                                      # one query per row
+            T = plan.context
             K = self._read(self.k, self.k_scale, slice(0, B), slice(0, T))   # (B, G, T, d)
             V = self._read(self.v, self.v_scale, slice(0, B), slice(0, T))
-            return decode_attention(q, K, V, lengths)
+            return decode_attention(q, K, V, plan.ends)
         out = np.empty_like(q)
-        off = 0
-        for b, n in enumerate(counts):
-            t = int(lengths[b])
+        for b, (lo, hi) in enumerate(zip(plan.offsets[:-1].tolist(), plan.offsets[1:].tolist())):
+            t = int(plan.ends[b])
             K = self._read(self.k, self.k_scale, b, slice(0, t))              # (G, t, d)
             V = self._read(self.v, self.v_scale, b, slice(0, t))
-            out[off:off + n] = attend_new_tokens(q[off:off + n], K, V)
-            off += n
+            out[lo:hi] = attend_new_tokens(q[lo:hi], K, V)
         return out
 
     def keys(self, row: int) -> np.ndarray:
@@ -204,6 +309,19 @@ class ContiguousLayerCache(LayerCache):
 
     # ------------------------------------------------------------------ rearranging rows
 
+    def reorder(self, beam_idx) -> None:
+        """Row i becomes a copy of old row beam_idx[i] (see ``LayerCache.reorder``)."""
+        self._gather(check_reorder(beam_idx, self._batch, self._capacity))
+
+    def select(self, rows) -> None:
+        """Keep only the sequences ``rows`` (distinct), in that order, in place."""
+        self._gather(check_select(rows, self._batch))
+
+    def crop(self, n) -> None:
+        """Forget every position >= n: one n for all rows, or one per row (batch,)."""
+        n = check_crop(n, self._batch)
+        np.minimum(self._lengths[: self._batch], n, out=self._lengths[: self._batch])
+
     def _gather(self, idx: np.ndarray) -> None:
         """Row i <- old row idx[i]; only rows whose source is another row are copied, and only
         their first max(lengths) positions."""
@@ -216,9 +334,9 @@ class ContiguousLayerCache(LayerCache):
                     # the right side is a copy (fancy indexing) taken before any row is written
                     buf[moved, :, :T] = buf[src, :, :T]
                     per_position = buf[0, :, 0].nbytes              # G rows of d values (or G scales)
-                    self.bytes_copied += len(moved) * T * per_position
+                    self._bytes_copied += len(moved) * T * per_position
         self._lengths[: len(idx)] = self._lengths[idx]
-        self.batch = len(idx)
+        self._batch = len(idx)
 
     def copy(self) -> "ContiguousLayerCache":
         """An independent copy (new buffers)."""
@@ -283,20 +401,13 @@ class KVCache:
     def dtype(self) -> str:
         return self.layers[0].format.name
 
-    def reserve(self, counts) -> np.ndarray:
-        """Check that counts[b] more tokens fit in row b, for every row; return counts as int64.
+    def reserve(self, counts) -> StepPlan:
+        """Check that counts[b] more tokens fit in row b, for every row, and return the step's
+        plan, which every layer's ``update`` and ``attend`` then receive.
 
-        Raises CacheFullError (naming the sequence) when one would pass ``max_len``."""
-        counts = np.asarray(counts)
-        if counts.shape != (self.batch,) or counts.dtype.kind not in "iu" \
-                or counts.min(initial=1) < 1:
-            raise ValueError(f"a step needs one count >= 1 per sequence ({self.batch}), got {counts!r}")
-        lengths = self.lengths
-        if (lengths + counts).max(initial=0) > self.max_len:
-            b = int(np.flatnonzero(lengths + counts > self.max_len)[0])
-            raise CacheFullError(f"sequence {b} holds {int(self.lengths[b])} tokens: {int(counts[b])} more "
-                                 f"would pass the cache's max_len of {self.max_len}")
-        return counts.astype(np.int64)
+        Raises CacheFullError (naming the sequence) when one would pass ``max_len``; nothing
+        changes."""
+        return self.layers[0].reserve(counts)           # every layer holds the same lengths
 
     def reorder(self, beam_idx) -> None:
         """Every layer: row i <- old row beam_idx[i] (see LayerCache.reorder)."""
@@ -402,5 +513,5 @@ def reorder_cache(cache: list[dict], beam_idx) -> list[dict]:
     0 .. B - 1, repeats allowed  ->  (B', G, T, d) arrays of the same dtype.  Indexing with an
     integer array copies, so no row shares memory with another or with the input.
     """
-    idx = _as_index(beam_idx, len(cache[0]["k"]) if cache else 0, "beam index")
+    idx = validate.index(beam_idx, len(cache[0]["k"]) if cache else 0, "beam index")
     return [{"k": layer["k"][idx], "v": layer["v"][idx]} for layer in cache]

@@ -47,6 +47,7 @@ import time
 
 import numpy as np
 
+from . import validate
 from .cache import KVCache
 from .paged import OutOfBlocks, blocks_for, DEFAULT_BLOCK_SIZE
 
@@ -63,27 +64,6 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- checking the arguments
-
-
-def _check_count(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _eos_set(model, eos_token_id) -> np.ndarray:
-    """EOS ids as an array (empty for None); each must be in the vocabulary."""
-    if eos_token_id is None:
-        return np.zeros(0, np.int64)
-    ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) and not isinstance(eos_token_id, bool) \
-        else eos_token_id
-    try:
-        arr = model.check_tokens(list(ids), "eos_token_id")
-    except TypeError:
-        raise ValueError(f"eos_token_id must be a token id or a list of them, got {eos_token_id!r}") from None
-    if len(arr) == 0:
-        raise ValueError("eos_token_id is an empty list (use None for no EOS)")
-    return arr
 
 
 def check_prompts(model, prompts, max_new_tokens: int, max_len: int | None) -> tuple[list[np.ndarray], int]:
@@ -115,7 +95,7 @@ def check_prompts(model, prompts, max_new_tokens: int, max_len: int | None) -> t
         raise ValueError(f"a prompt of {longest} tokens plus {max_new_tokens} new ones is {need} tokens, "
                          f"past the model's max_position_embeddings ({limit})")
     if max_len is not None:
-        max_len = _check_count(max_len, "max_len", 1)
+        max_len = validate.whole(max_len, "max_len", 1)
         if need > max_len:
             raise ValueError(f"a prompt of {longest} tokens plus {max_new_tokens} new ones is {need} tokens, "
                              f"past max_len ({max_len})")
@@ -147,14 +127,14 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     ("time", "cache_batch", "cache_bytes", "cache_used_bytes", "cache_bytes_copied").  Nothing
     is computed before every argument has been checked.
     """
-    max_new_tokens = _check_count(max_new_tokens, "max_new_tokens", 0)
-    eos = _eos_set(model, eos_token_id)
+    max_new_tokens = validate.whole(max_new_tokens, "max_new_tokens", 0)
+    eos = validate.eos_ids(eos_token_id, model.config.vocab_size)
     arrays, L_max = check_prompts(model, prompts, max_new_tokens, max_len)
     if prefill not in ("ragged", "padded"):
         raise ValueError(f"prefill must be 'ragged' or 'padded', got {prefill!r}")
     out: list[list[int]] = [[] for _ in arrays]
     if cache == "paged":
-        return _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtype, prefill,
+        return _greedy_paged(model, arrays, max_new_tokens, eos, L_max, cache_dtype, prefill,
                              trace, **cache_options)
     if max_new_tokens == 0:
         return out
@@ -181,7 +161,7 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     return out
 
 
-def _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtype, prefill, trace, *,
+def _greedy_paged(model, arrays, max_new_tokens, eos: np.ndarray, L_max, cache_dtype, prefill, trace, *,
                   block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None,
                   preempt: bool = True) -> list[list[int]]:
     """Greedy decoding of a batch over a paged pool: the serving loop with every prompt arriving
@@ -191,11 +171,10 @@ def _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtyp
     if prefill != "ragged":
         raise ValueError("a paged cache prefills ragged prompts only (prefill='padded' is for the "
                          "contiguous layout)")
-    if not isinstance(preempt, bool):
-        raise ValueError(f"preempt must be True or False, got {preempt!r}")
-    block_size = _check_count(block_size, "block_size", 1)
+    validate.flag(preempt, "preempt")
+    block_size = validate.whole(block_size, "block_size", 1)
     if num_blocks is not None:
-        num_blocks = _check_count(num_blocks, "num_blocks", 1)
+        num_blocks = validate.whole(num_blocks, "num_blocks", 1)
         prompts_need = sum(blocks_for(len(a), block_size) for a in arrays)
         if not preempt and max_new_tokens and prompts_need > num_blocks:
             raise OutOfBlocks(prompts_need, num_blocks, f"the {len(arrays)} prompts of the batch, together "
@@ -208,7 +187,7 @@ def _greedy_paged(model, arrays, max_new_tokens, eos_token_id, L_max, cache_dtyp
                       "cache_used_bytes": stats.tokens_cached * kv.pool.bytes_per_slot * kv.pool.n_layers,
                       "cache_bytes_copied": kv.bytes_copied})
 
-    result = serve(model, [Request(a, max_new_tokens, eos_token_id) for a in arrays], block_size=block_size,
+    result = serve(model, [Request(a, max_new_tokens, eos.tolist() or None) for a in arrays], block_size=block_size,
                    num_blocks=num_blocks, max_len=L_max, preempt=preempt, cache_dtype=cache_dtype,
                    on_step=record if trace is not None else None)
     return result.outputs
@@ -253,12 +232,11 @@ class _PagedBeams:
 
     def __init__(self, model, prompt_ids, K, L_max, max_new_tokens, cache_dtype, *,
                  block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None, preempt: bool = True):
-        if not isinstance(preempt, bool):
-            raise ValueError(f"preempt must be True or False, got {preempt!r}")
+        validate.flag(preempt, "preempt")
         self.model, self.prompt, self.K, self.preempt = model, prompt_ids, K, preempt
-        block_size = _check_count(block_size, "block_size", 1)
+        block_size = validate.whole(block_size, "block_size", 1)
         if num_blocks is not None:
-            num_blocks = _check_count(num_blocks, "num_blocks", 1)
+            num_blocks = validate.whole(num_blocks, "num_blocks", 1)
         self.kv = model.new_cache(1, L_max, kind="paged", dtype=cache_dtype, capacity=K,
                                   block_size=block_size, num_blocks=num_blocks)
         longest = blocks_for(max(len(prompt_ids) + max_new_tokens - 1, 1), block_size)
@@ -295,7 +273,7 @@ class _PagedBeams:
         for r in sources:
             row_of.append(None if r is None else n)
             n += r is not None
-        kv._gather(keep)                                 # references move; nothing is copied
+        kv.rearrange(keep)                               # references move; nothing is copied
         while kv.batch and kv.blocks_needed(np.ones(kv.batch, np.int64)) > kv.num_free:
             if not self.preempt:
                 raise OutOfBlocks(kv.blocks_needed(np.ones(kv.batch, np.int64)), kv.num_free,
@@ -314,7 +292,7 @@ class _PagedBeams:
             while need > kv.num_free:                    # only resident beams hold blocks to give
                 self._preempt_newest(row_of)
             side = kv.new_batch()
-            side.add_sequence([kv.allocator.fork(b) for b in self.pinned], shared)
+            side.add_sequence(kv.share_blocks(self.pinned), shared)
             logits[j] = self.model.forward(tokens[shared:], np.array([len(tokens) - shared]), side)[0]
             row_of[j] = kv.adopt(side, 0)
         self.row_of = row_of
@@ -330,9 +308,8 @@ class _PagedBeams:
 
 
 def _check_beam_options(num_beams, length_penalty, early_stopping):
-    num_beams = _check_count(num_beams, "num_beams", 1)
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) \
-            or not np.isfinite(length_penalty):
+    num_beams = validate.whole(num_beams, "num_beams", 1)
+    if not validate.is_number(length_penalty) or not np.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be a finite number, got {length_penalty!r}")
     if not (isinstance(early_stopping, bool) or (isinstance(early_stopping, str) and early_stopping == "never")):
         raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
@@ -354,8 +331,8 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, eos_token_id
     state as in ``greedy``.
     """
     num_beams, length_penalty, early_stopping = _check_beam_options(num_beams, length_penalty, early_stopping)
-    max_new_tokens = _check_count(max_new_tokens, "max_new_tokens", 0)
-    eos = _eos_set(model, eos_token_id)
+    max_new_tokens = validate.whole(max_new_tokens, "max_new_tokens", 0)
+    eos = validate.eos_ids(eos_token_id, model.config.vocab_size)
     if isinstance(prompt, (list, tuple)) and prompt and not isinstance(prompt[0], numbers.Integral) \
             or isinstance(prompt, np.ndarray) and prompt.ndim != 1:
         raise ValueError("beam_search takes one prompt (a list of token ids)")

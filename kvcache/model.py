@@ -33,12 +33,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .cache import KVCache, new_cache
+from . import validate
+from .cache import KVCache, LayerCache, new_cache
 from .checkpoint import read_config, read_state_dict
 from .config import ModelConfig
 from .gqa import causal_attention
 from .linear import linear
 from .norm import rms_norm, swiglu
+from .plan import StepPlan
 from .rope import apply_rope, rope_cos_sin
 
 __all__ = ["Model", "LayerWeights", "StateDictError", "hf_parameter_shapes", "random_state_dict",
@@ -133,6 +135,62 @@ class LayerWeights:
     w_down: np.ndarray        # (D, F)
 
 
+def _checked_arrays(state_dict, cfg: ModelConfig, dt: np.dtype) -> dict[str, np.ndarray]:
+    """The tensors of ``state_dict`` as arrays of dtype ``dt``, or a StateDictError listing every
+    problem at once (missing, unexpected, wrong shape, not numbers, not finite, an untied head
+    beside tied embeddings)."""
+    expected = hf_parameter_shapes(cfg)
+    given = {name: state_dict[name] for name in state_dict.keys()}
+    tied_head = given.pop("lm_head.weight", None) if cfg.tie_word_embeddings else None
+    problems = [f"missing {name} {expected[name]}" for name in expected if name not in given]
+    problems += [f"unexpected {name}" for name in given if name not in expected]
+    arrays = {}
+    for name, shape in expected.items():
+        if name in given:
+            arr, problem = _checked_array(name, given[name], shape)
+            if problem:
+                problems.append(problem)
+            else:
+                arrays[name] = arr.astype(dt)
+    if tied_head is not None and "model.embed_tokens.weight" in arrays:
+        head = _to_numpy(tied_head)
+        if head.shape != expected["model.embed_tokens.weight"] or \
+                not np.array_equal(head.astype(dt), arrays["model.embed_tokens.weight"]):
+            problems.append("unexpected lm_head.weight: tie_word_embeddings is true and it differs from "
+                            "model.embed_tokens.weight")
+    if problems:
+        raise StateDictError("state dict does not fit the config: " + "; ".join(problems))
+    return arrays
+
+
+def _checked_array(name: str, value, shape: tuple) -> tuple[np.ndarray | None, str]:
+    """(the tensor as an array, "") or (None, what is wrong with it)."""
+    try:
+        arr = _to_numpy(value)
+    except Exception as err:                   # noqa: BLE001 - any unreadable value is named
+        return None, f"{name} is not an array ({err})"
+    if arr.shape != shape:
+        return None, f"{name} has shape {arr.shape}, expected {shape}"
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        return None, f"{name} holds {arr.dtype}, not numbers"
+    if not np.all(np.isfinite(arr)):
+        return None, f"{name} holds non-finite values"
+    return arr, ""
+
+
+def _layer_weights(arrays: dict[str, np.ndarray], prefix: str) -> LayerWeights:
+    """One layer's weights, stacked: q, k, v rows into wqkv, gate and up rows into w_gate_up."""
+    w = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+    return LayerWeights(
+        attn_norm=w["input_layernorm.weight"],
+        wqkv=np.concatenate([w["self_attn.q_proj.weight"], w["self_attn.k_proj.weight"],
+                             w["self_attn.v_proj.weight"]]),
+        wo=w["self_attn.o_proj.weight"],
+        mlp_norm=w["post_attention_layernorm.weight"],
+        w_gate_up=np.concatenate([w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"]]),
+        w_down=w["mlp.down_proj.weight"])
+
+
 class Model:
     """A Llama model with numpy weights of one dtype (float32 for speed, float64 for exactness)."""
 
@@ -162,54 +220,8 @@ class Model:
         dt = _dtype(dtype)
         if not hasattr(state_dict, "keys"):
             raise TypeError(f"state_dict must map tensor names to arrays, got {type(state_dict).__name__}")
-        expected = hf_parameter_shapes(cfg)
-        given = {name: state_dict[name] for name in state_dict.keys()}
-        problems = []
-        tied_head = given.pop("lm_head.weight", None) if cfg.tie_word_embeddings else None
-        for name in expected:
-            if name not in given:
-                problems.append(f"missing {name} {expected[name]}")
-        for name in given:
-            if name not in expected:
-                problems.append(f"unexpected {name}")
-        arrays = {}
-        for name, shape in expected.items():
-            if name not in given:
-                continue
-            try:
-                arr = _to_numpy(given[name])
-            except Exception as err:                   # noqa: BLE001 - any unreadable value is named
-                problems.append(f"{name} is not an array ({err})")
-                continue
-            if arr.shape != shape:
-                problems.append(f"{name} has shape {arr.shape}, expected {shape}")
-            elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-                problems.append(f"{name} holds {arr.dtype}, not numbers")
-            elif not np.all(np.isfinite(arr)):
-                problems.append(f"{name} holds non-finite values")
-            else:
-                arrays[name] = arr.astype(dt)
-        if tied_head is not None and "model.embed_tokens.weight" in arrays:
-            head = _to_numpy(tied_head)
-            if head.shape != expected["model.embed_tokens.weight"] or \
-                    not np.array_equal(head.astype(dt), arrays["model.embed_tokens.weight"]):
-                problems.append("unexpected lm_head.weight: tie_word_embeddings is true and it differs from "
-                                "model.embed_tokens.weight")
-        if problems:
-            raise StateDictError("state dict does not fit the config: " + "; ".join(problems))
-
-        layers = []
-        for i in range(cfg.num_hidden_layers):
-            p = f"model.layers.{i}."
-            w = {k[len(p):]: v for k, v in arrays.items() if k.startswith(p)}
-            layers.append(LayerWeights(
-                attn_norm=w["input_layernorm.weight"],
-                wqkv=np.concatenate([w["self_attn.q_proj.weight"], w["self_attn.k_proj.weight"],
-                                     w["self_attn.v_proj.weight"]]),
-                wo=w["self_attn.o_proj.weight"],
-                mlp_norm=w["post_attention_layernorm.weight"],
-                w_gate_up=np.concatenate([w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"]]),
-                w_down=w["mlp.down_proj.weight"]))
+        arrays = _checked_arrays(state_dict, cfg, dt)
+        layers = [_layer_weights(arrays, f"model.layers.{i}.") for i in range(cfg.num_hidden_layers)]
         embed = arrays["model.embed_tokens.weight"]
         head = embed if cfg.tie_word_embeddings else arrays["lm_head.weight"]
         return cls(cfg, embed, layers, arrays["model.norm.weight"], head)
@@ -236,10 +248,13 @@ class Model:
         cfg = ModelConfig.from_dict(config)
         return cls.from_hf(random_state_dict(cfg, seed), cfg, dtype)
 
-    # ------------------------------------------------------------------ one layer, any attention
+    # ------------------------------------------------------------------ one layer, either attention
 
-    def _layer(self, x, w: LayerWeights, cos, sin, attend):
-        """x (N, D) -> (N, D).  ``attend(q (N, H, d), k (N, G, d), v (N, G, d)) -> (N, H, d)``."""
+    def _layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
+               plan: StepPlan | None = None):
+        """x (N, D) -> (N, D).  Without a cache the N tokens are one sequence and attend causally
+        to each other; with one, the step's keys and values are written into the layer's cache
+        and its queries attend to it, as the step's ``plan`` says (``KVCache.reserve``)."""
         cfg = self.config
         N = x.shape[0]
         h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)
@@ -248,7 +263,11 @@ class Model:
         qk = apply_rope(qkv[:, : cfg.q_width + cfg.kv_width].reshape(N, H + G, cfg.head_dim), cos, sin)
         q, k = qk[:, :H], qk[:, H:]                                     # (N, H, d), (N, G, d)
         v = qkv[:, cfg.q_width + cfg.kv_width:].reshape(N, G, cfg.head_dim)
-        o = attend(q, k, v)                                             # (N, H, d)
+        if cache is None:
+            o = causal_attention(q, k, v)                               # (N, H, d)
+        else:
+            cache.update(k, v, plan)
+            o = cache.attend(q, plan)                                   # (N, H, d)
         x = x + linear(o.reshape(N, cfg.q_width), w.wo)
         return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
 
@@ -273,15 +292,7 @@ class Model:
 
     def check_tokens(self, token_ids, what: str = "token ids") -> np.ndarray:
         """token_ids as an int64 array (N,), or a ValueError naming the first bad one."""
-        arr = np.asarray(token_ids)
-        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-            raise ValueError(f"{what} must be a 1-d sequence of integers, got {token_ids!r:.80}")
-        arr = arr.astype(np.int64)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.config.vocab_size):
-            i = int(np.flatnonzero((arr < 0) | (arr >= self.config.vocab_size))[0])
-            raise ValueError(f"{what}: token id {int(arr[i])} at position {i} is outside the vocabulary "
-                             f"(0 .. {self.config.vocab_size - 1})")
-        return arr
+        return validate.token_ids(token_ids, self.config.vocab_size, what)
 
     def _hidden_no_cache(self, token_ids) -> np.ndarray:
         ids = self.check_tokens(token_ids)
@@ -293,7 +304,7 @@ class Model:
         cos, sin = self._rope(np.arange(T))
         x = self.embed[ids]                                             # (T, D)
         for w in self.layers:
-            x = self._layer(x, w, cos, sin, causal_attention)
+            x = self._layer(x, w, cos, sin)
         return x
 
     def logits(self, token_ids) -> np.ndarray:
@@ -312,8 +323,7 @@ class Model:
         max_position_embeddings), in layout ``kind`` and storage ``dtype`` (default: the model's)."""
         cfg = self.config
         max_len = cfg.max_position_embeddings if max_len is None else max_len
-        if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or \
-                not 1 <= max_len <= cfg.max_position_embeddings:
+        if not validate.is_whole(max_len) or not 1 <= max_len <= cfg.max_position_embeddings:
             raise ValueError(f"max_len must be an integer from 1 to max_position_embeddings "
                              f"({cfg.max_position_embeddings}), got {max_len!r}")
         return new_cache(kind, n_layers=cfg.num_hidden_layers, batch=batch,
@@ -326,35 +336,37 @@ class Model:
         sequence's last new token, (B, V).  The cache grows by counts[b] positions per row.
 
         tokens (N,) packed, sequence 0's first; N = sum(counts).  Everything is checked (token
-        ids, room in the cache) before anything is written.
+        ids, counts, room in the cache) before anything is written.
         """
-        counts = cache.reserve(counts)
-        x = self._hidden_cached(tokens, counts, cache)
-        if len(x) > len(counts):
-            x = x[np.cumsum(counts) - 1]                                # each row's last new token
-        return self._head(x)
-
-    def _hidden_cached(self, tokens, counts: np.ndarray, cache: KVCache) -> np.ndarray:
-        """The final hidden states (N, D) of the packed new tokens, writing their keys and values."""
         ids = self.check_tokens(tokens)
+        counts = validate.step_counts(counts, cache.batch)
         if len(ids) != int(counts.sum()):
             raise ValueError(f"{len(ids)} tokens given for counts summing to {int(counts.sum())}")
-        starts = np.asarray(cache.lengths)                              # (B,)
-        last = int((starts + counts).max())
+        return self._step(ids, counts, cache)
+
+    def _step(self, ids: np.ndarray, counts: np.ndarray, cache: KVCache) -> np.ndarray:
+        """``forward`` on checked arguments: ids (N,) int64 in the vocabulary, counts (B,) >= 1
+        summing to N."""
+        self._check_positions(cache.lengths, counts)
+        plan = cache.reserve(counts)
+        x = self._hidden_cached(ids, plan, cache)
+        if not plan.is_decode:
+            x = x[plan.offsets[1:] - 1]                                 # each row's last new token
+        return self._head(x)
+
+    def _check_positions(self, lengths: np.ndarray, counts: np.ndarray) -> None:
+        """A ValueError when a sequence would pass max_position_embeddings."""
+        last = int((lengths + counts).max(initial=0))
         if last > self.config.max_position_embeddings:
             raise ValueError(f"a sequence would reach {last} tokens, past max_position_embeddings "
                              f"({self.config.max_position_embeddings})")
-        if len(ids) == len(counts):              # decode (counts >= 1 sum to N = B): each row's next position
-            positions = starts
-        else:
-            positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)])   # (N,)
-        cos, sin = self._rope(positions)
+
+    def _hidden_cached(self, ids: np.ndarray, plan: StepPlan, cache: KVCache) -> np.ndarray:
+        """The final hidden states (N, D) of the step's tokens, writing their keys and values."""
+        cos, sin = self._rope(plan.positions)
         x = self.embed[ids]                                             # (N, D)
         for w, layer_cache in zip(self.layers, cache):
-            def attend(q, k, v, layer_cache=layer_cache):
-                layer_cache.update(k, v, counts)
-                return layer_cache.attend(q, counts)
-            x = self._layer(x, w, cos, sin, attend)
+            x = self._layer(x, w, cos, sin, layer_cache, plan)
         return x
 
     def prefill(self, prompts, cache: KVCache, padded: bool = False) -> np.ndarray:
@@ -377,14 +389,19 @@ class Model:
         if np.any(lengths < 1):
             raise ValueError(f"prompt {int(np.flatnonzero(lengths < 1)[0])} is empty")
         if not padded:
-            return self.forward(np.concatenate(prompts), lengths, cache)
+            return self._step(np.concatenate(prompts), lengths, cache)
         T = int(lengths.max())
-        counts = cache.reserve(np.full(len(prompts), T))
+        counts = np.full(len(prompts), T, np.int64)
+        self._check_positions(cache.lengths, counts)
+        plan = cache.reserve(counts)
         tokens = np.concatenate([np.concatenate([p, np.zeros(T - len(p), np.int64)]) for p in prompts])
-        x = self._hidden_cached(tokens, counts, cache)                 # (B T, D)
+        x = self._hidden_cached(tokens, plan, cache)                   # (B T, D)
         cache.crop(lengths)                                             # forget the padding
         return self._head(x[np.arange(len(prompts)) * T + lengths - 1])
 
     def decode(self, tokens, cache: KVCache) -> np.ndarray:
         """One new token per sequence: tokens (B,) -> logits (B, V)."""
-        return self.forward(tokens, np.ones(cache.batch, np.int64), cache)
+        ids = self.check_tokens(tokens)
+        if len(ids) != cache.batch:
+            raise ValueError(f"{len(ids)} tokens given for counts summing to {cache.batch}")
+        return self._step(ids, np.ones(cache.batch, np.int64), cache)

@@ -48,10 +48,13 @@ after every operation of a random sequence of them):
 5. a write goes only to a block whose count is 1 (shared blocks are copied first), so a write to
    one sequence never changes another.
 
-When a step needs more free blocks than there are, ``reserve`` raises ``OutOfBlocks`` (how many
-were asked for, how many are free) before anything is written or allocated.  What to do then
-(preempt a sequence and recompute it later, or refuse) is the scheduler's decision
-(``kvcache.serving``, ``kvcache.generate``).
+A step starts with ``reserve(counts)``: it takes the blocks the step needs (copying a shared
+partial block first), and returns the step's plan (``kvcache.plan.StepPlan``) with the block and
+slot of every new position and the padded block tables attention gathers with; every layer
+writes and reads through that plan.  When a step needs more free blocks than there are,
+``reserve`` raises ``OutOfBlocks`` (how many were asked for, how many are free) before anything
+is written or allocated.  What to do then (preempt a sequence and recompute it later, or refuse)
+is the scheduler's decision (``kvcache.serving``, ``kvcache.generate``).
 """
 from __future__ import annotations
 
@@ -62,9 +65,12 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .cache import CacheFullError, KVCache, LayerCache, _as_index, register_cache
+from . import validate
+from .cache import (CacheFullError, KVCache, LayerCache, check_crop, check_plan, check_reorder,
+                    check_room, check_select, register_cache)
 from .cache_dtypes import CacheDtype, cache_dtype
 from .gqa import attend_new_tokens, decode_attention
+from .plan import StepPlan, plan_step
 
 __all__ = ["OutOfBlocks", "BlockAllocator", "BlockPool", "PagedKVCache", "PagedLayerCache",
            "blocks_for", "DEFAULT_BLOCK_SIZE"]
@@ -94,7 +100,7 @@ class OutOfBlocks(CacheFullError):
 
 
 def _block_number(block, num_blocks: int) -> int:
-    if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)):
+    if not validate.is_whole(block):
         raise ValueError(f"a block is an integer from 0 to {num_blocks - 1}, got {block!r}")
     if not 0 <= int(block) < num_blocks:
         raise ValueError(f"block {int(block)} is not in the pool (0 to {num_blocks - 1})")
@@ -116,9 +122,7 @@ class BlockAllocator:
     """
 
     def __init__(self, num_blocks: int, on_evict: Callable[[int], None] | None = None):
-        if isinstance(num_blocks, bool) or not isinstance(num_blocks, (int, np.integer)) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be an integer >= 1, got {num_blocks!r}")
-        self.num_blocks = int(num_blocks)
+        self.num_blocks = validate.whole(num_blocks, "num_blocks", 1)
         self._refs = [0] * self.num_blocks
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.num_blocks))
         self.on_evict = on_evict
@@ -214,8 +218,7 @@ class BlockPool:
                  dtype="float32", compute_dtype=np.float32):
         for name, value in (("n_layers", n_layers), ("kv_heads", kv_heads), ("block_size", block_size),
                             ("head_dim", head_dim)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            validate.whole(value, name, 1)
         self.allocator = BlockAllocator(num_blocks)
         self.num_blocks, self.block_size = int(num_blocks), int(block_size)
         self.n_layers, self.kv_heads, self.head_dim = int(n_layers), int(kv_heads), int(head_dim)
@@ -312,15 +315,12 @@ class PagedKVCache(KVCache):
                  dtype="float32", compute_dtype=np.float32, capacity: int | None = None,
                  block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None,
                  pool: BlockPool | None = None):
-        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 0:
-            raise ValueError(f"batch must be an integer >= 0, got {batch!r}")
-        if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1:
-            raise ValueError(f"max_len must be an integer >= 1, got {max_len!r}")
+        validate.whole(batch, "batch", 0)
+        validate.whole(max_len, "max_len", 1)
         if capacity is not None and not batch <= capacity:
             raise ValueError(f"a cache needs batch ({batch}) <= capacity ({capacity})")
         if pool is None:
-            if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
-                raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+            validate.whole(block_size, "block_size", 1)
             if num_blocks is None:
                 num_blocks = max(1, (capacity or batch)) * blocks_for(max_len, block_size)
             pool = BlockPool(n_layers, num_blocks, kv_heads, block_size, head_dim, dtype, compute_dtype)
@@ -333,9 +333,6 @@ class PagedKVCache(KVCache):
         self._capacity = capacity
         self.tables: list[list[int]] = [[] for _ in range(batch)]
         self._lengths = np.zeros(max(batch, 4), np.int64)
-        self._step = 0                 # incremented by every reserve
-        self._pending = None           # (step, slot blocks (N,), slot offsets (N,), new lengths)
-        self._gather_cache = None
         super().__init__([PagedLayerCache(self, i) for i in range(n_layers)], "paged")
         pool.batches.add(self)
 
@@ -366,7 +363,17 @@ class PagedKVCache(KVCache):
 
     @property
     def num_free(self) -> int:
+        """Blocks on the pool's free queue."""
         return self.allocator.num_free
+
+    @property
+    def num_used(self) -> int:
+        """Live blocks of the pool (every batch on it, and pinned blocks)."""
+        return self.allocator.num_used
+
+    def free_blocks(self) -> list[int]:
+        """The pool's free queue, front (next handed out) first."""
+        return self.allocator.free_blocks()
 
     @property
     def block_tables(self) -> list[list[int]]:
@@ -387,14 +394,13 @@ class PagedKVCache(KVCache):
         return list(self.tables[self._row(seq)])
 
     def _row(self, seq) -> int:
-        return int(_as_index([seq], self.batch, "sequence")[0])
+        return int(validate.index([seq], self.batch, "sequence")[0])
 
     def _set_lengths(self, values) -> None:
         values = np.asarray(values, np.int64)
         if len(values) > len(self._lengths):
             self._lengths = np.zeros(max(2 * len(values), 4), np.int64)
         self._lengths[: len(values)] = values
-        self._gather_cache = None
 
     # ------------------------------------------------------------------ sequences come and go
 
@@ -426,7 +432,7 @@ class PagedKVCache(KVCache):
     def free(self, seq) -> None:
         """Forget sequence ``seq``: one reference fewer to each of its blocks; later rows move up."""
         row = self._row(seq)
-        self._gather([r for r in range(self.batch) if r != row])
+        self.rearrange([r for r in range(self.batch) if r != row])
 
     def adopt(self, other: "PagedKVCache", seq: int) -> int:
         """Move sequence ``seq`` of another batch on the same pool into this one (its block
@@ -437,7 +443,6 @@ class PagedKVCache(KVCache):
         table, length = other.tables[row], int(other._lengths[row])
         other.tables.pop(row)
         other._set_lengths(np.delete(other._lengths[: other.batch + 1], row))
-        other._pending = self._pending = None
         lengths = np.append(self.lengths, length)
         self.tables.append(table)
         self._set_lengths(lengths)
@@ -450,14 +455,31 @@ class PagedKVCache(KVCache):
 
     def release(self) -> None:
         """Free every sequence of the batch (their blocks go back to the pool)."""
-        self._gather([])
+        self.rearrange([])
+
+    def reserve_blocks(self, seq, n: int) -> None:
+        """``n`` more blocks at the end of sequence ``seq``'s table, now, before its positions
+        arrive (a reservation made at admission); OutOfBlocks, with none taken, when fewer are
+        free."""
+        row = self._row(seq)
+        n = validate.whole(n, "n", 0)
+        if len(self.tables[row]) + n > blocks_for(self.max_len, self.block_size):
+            raise ValueError(f"sequence {row} would hold {len(self.tables[row]) + n} blocks, past "
+                             f"max_len ({self.max_len}) in blocks of {self.block_size}")
+        self.tables[row].extend(self.allocator.allocate_many(n))
+
+    def share_blocks(self, blocks: Iterable[int]) -> list[int]:
+        """One more reference to each of these live blocks, for a sequence about to hold them
+        (``add_sequence``); returns them."""
+        return [self.allocator.fork(b) for b in blocks]
 
     # ------------------------------------------------------------------ rows rearranged (references only)
 
-    def _gather(self, idx) -> None:
-        """Row i <- old row idx[i] (repeats share blocks): references are taken for the new
-        tables before the old ones are dropped, so no block is freed and taken back."""
-        idx = [int(i) for i in idx]
+    def rearrange(self, idx) -> None:
+        """Row i <- old row idx[i], for any number of rows (none frees them all; repeats share
+        blocks): references are taken for the new tables before the old ones are dropped, so no
+        block is freed and taken back.  ``reorder`` and ``select`` are its checked uses."""
+        idx = [int(i) for i in validate.index(list(idx), self.batch, "row")]
         new_tables = [[self.allocator.fork(b) for b in self.tables[i]] for i in idx]
         new_lengths = self._lengths[idx].copy() if idx else np.zeros(0, np.int64)
         for table in self.tables:
@@ -465,36 +487,24 @@ class PagedKVCache(KVCache):
                 self.allocator.free(b)
         self.tables = new_tables
         self._set_lengths(new_lengths)
-        self._pending = None
 
     def reorder(self, beam_idx) -> None:
         """Row i becomes old row beam_idx[i] (repeats allowed): block-table entries move, keys
         and values do not.  Beams that repeat a parent share its blocks until one writes."""
-        idx = _as_index(beam_idx, self.batch, "beam index")
-        if not 1 <= len(idx) <= self.capacity:
-            raise ValueError(f"reorder to {len(idx)} sequences: the cache has room for 1 to {self.capacity}")
-        self._gather(idx)
+        self.rearrange(check_reorder(beam_idx, self.batch, self.capacity))
 
     def select(self, rows) -> None:
         """Keep only the sequences ``rows`` (distinct), in that order; the others are freed."""
-        idx = _as_index(rows, self.batch, "row")
-        if len(np.unique(idx)) != len(idx):
-            raise ValueError(f"select takes distinct rows, got {list(idx)} (reorder shares rows)")
-        self._gather(idx)
+        self.rearrange(check_select(rows, self.batch))
 
     def crop(self, n) -> None:
         """Forget every position >= n (one n, or one per sequence); blocks left empty are freed."""
-        n = np.asarray(n)
-        if n.ndim not in (0, 1) or (n.ndim == 1 and len(n) != self.batch) \
-                or not np.issubdtype(n.dtype, np.integer) or (n < 0).any():
-            raise ValueError(f"crop takes a length >= 0 or one per sequence ({self.batch}), got {n!r}")
-        lengths = np.minimum(self.lengths, n)
+        lengths = np.minimum(self.lengths, check_crop(n, self.batch))
         for row, table in enumerate(self.tables):
             keep = blocks_for(lengths[row], self.block_size)
             while len(table) > keep:
                 self.allocator.free(table.pop())
         self._set_lengths(lengths)
-        self._pending = None
 
     def copy(self) -> "PagedKVCache":
         """An independent copy: a new pool holding the same blocks, the same tables."""
@@ -549,11 +559,7 @@ class PagedKVCache(KVCache):
         changed: max_len (``CacheFullError``), free blocks (``OutOfBlocks``).  Then shared
         partial blocks are copied (copy-on-write) and new blocks appended."""
         lengths = self._lengths[rows] if len(rows) else np.zeros(0, np.int64)
-        over = np.flatnonzero(lengths + counts > self.max_len)
-        if len(over):
-            b = rows[int(over[0])]
-            raise CacheFullError(f"sequence {b} holds {int(self._lengths[b])} tokens: {int(counts[over[0]])} "
-                                 f"more would pass the cache's max_len of {self.max_len}")
+        check_room(lengths, counts, self.max_len, rows)
         needed, copies = self._plan(rows, counts)
         if needed > self.allocator.num_free:
             raise OutOfBlocks(needed, self.allocator.num_free, what)
@@ -570,33 +576,21 @@ class PagedKVCache(KVCache):
                 prefix.forget(table[length // bs])       # about to change: no longer a cached block
             for _ in range(blocks_for(length + n, bs) - len(table)):
                 table.append(self.allocator.allocate())
-        self._gather_cache = None
 
-    def reserve(self, counts) -> np.ndarray:
+    def reserve(self, counts) -> StepPlan:
         """Make room for counts[b] more positions in every sequence b before any layer writes
-        (``_make_room``: an error leaves everything as it was), and note where each new position
-        goes; the layers then write there."""
-        counts = np.asarray(counts)
-        if counts.shape != (self.batch,) or (counts.size and not np.issubdtype(counts.dtype, np.integer)) \
-                or (counts < 1).any():
-            raise ValueError(f"a step needs one count >= 1 per sequence ({self.batch}), got {counts!r}")
-        counts = counts.astype(np.int64)
+        (``_make_room``: an error leaves everything as it was), and return the step's plan: the
+        slot of every new position and the table attention gathers with.  The new lengths hold
+        from here on: the layers write the plan's slots."""
+        counts = validate.step_counts(counts, self.batch)
         self._make_room(list(range(self.batch)), counts,
                         f"a step of {int(counts.sum())} new positions over {self.batch} sequences")
-        # where each new position goes, packed as the model packs them (row 0's first)
-        bs = self.block_size
-        starts = self.lengths.copy()
-        if len(counts) and np.all(counts == 1):
-            positions, seq_rows = starts, np.arange(self.batch)
-        else:
-            seq_rows = np.repeat(np.arange(self.batch), counts)
-            positions = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, counts)]) \
-                if len(counts) else np.zeros(0, np.int64)
-        table_of = self._padded_tables(blocks_for(int((starts + counts).max(initial=0)), bs))
-        blocks = table_of[seq_rows, positions // bs]
-        self._step += 1
-        self._pending = (self._step, blocks, positions % bs, starts + counts)
-        return counts
+        plan = plan_step(counts, self.lengths)
+        table = self._padded_tables(blocks_for(plan.context, self.block_size))
+        rows = np.arange(self.batch) if plan.is_decode else np.repeat(np.arange(self.batch), counts)
+        self._set_lengths(plan.ends)
+        return plan.with_slots(table, table[rows, plan.positions // self.block_size],
+                               plan.positions % self.block_size)
 
     def append(self, seq, keys, values) -> None:
         """Append n positions to sequence ``seq`` alone, in every layer: ``keys[l]``,
@@ -625,8 +619,6 @@ class PagedKVCache(KVCache):
                 if scales is not None:
                     scales[blocks, positions % self.block_size] = scale
         self._lengths[row] = length + n
-        self._gather_cache = None
-        self._pending = None
 
     def _padded_tables(self, width: int) -> np.ndarray:
         """(batch, width) int64: each table's first ``width`` blocks, padded with block 0 (a
@@ -636,26 +628,6 @@ class PagedKVCache(KVCache):
             n = min(width, len(table))
             out[row, :n] = table[:n]
         return out
-
-    def _commit(self, layer_step: int):
-        """The slots of the reserved step for a layer about to write it; the first layer to
-        write commits the new lengths (the model has checked everything by then)."""
-        if self._pending is None or self._pending[0] != self._step:
-            raise RuntimeError("a paged layer wrote without a reserved step (KVCache.reserve)")
-        step, blocks, offsets, new_lengths = self._pending
-        if layer_step == step:
-            raise RuntimeError("a paged layer wrote the same step twice")
-        if not np.array_equal(self.lengths, new_lengths):
-            self._set_lengths(new_lengths)
-        return step, blocks, offsets
-
-    def gather_index(self) -> tuple[np.ndarray, int]:
-        """(tables padded to the longest, T) for the current lengths: the one index every layer's
-        attention gathers with (made once per step)."""
-        if self._gather_cache is None:
-            T = int(self.lengths.max(initial=0))
-            self._gather_cache = (self._padded_tables(blocks_for(T, self.block_size)), T)
-        return self._gather_cache
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -714,15 +686,14 @@ class PagedKVCache(KVCache):
 
 class PagedLayerCache(LayerCache):
     """Layer ``index`` of a ``PagedKVCache``: its pools, read and written through the batch's
-    block tables.  ``reorder``, ``select`` and ``crop`` act on the batch (every layer at once:
-    the tables are shared)."""
+    block tables.  ``reserve``, ``reorder``, ``select`` and ``crop`` act on the batch (every
+    layer at once: the tables are shared)."""
 
     def __init__(self, cache: PagedKVCache, index: int):
         self.cache, self.index = cache, index
         pool = cache.pool
         self.format, self.compute_dtype = pool.format, pool.compute_dtype
         self.kv_heads, self.head_dim = pool.kv_heads, pool.head_dim
-        self._written = 0
 
     # the pools of this layer, in the order of the interface: [num_blocks, kv_heads, block_size, head_dim]
     @property
@@ -746,25 +717,26 @@ class PagedLayerCache(LayerCache):
         return self.cache.max_len
 
     @property
-    def _lengths(self) -> np.ndarray:
-        return self.cache._lengths
+    def lengths(self) -> np.ndarray:
+        return self.cache.lengths
+
+    def reserve(self, counts) -> StepPlan:
+        """The batch's step (``PagedKVCache.reserve``): room in every layer at once."""
+        return self.cache.reserve(counts)
 
     # ------------------------------------------------------------------ writing
 
-    def update(self, k: np.ndarray, v: np.ndarray, counts: np.ndarray) -> None:
-        """Write counts[b] new positions of row b (k, v (N, G, d) packed) into the slots the
-        batch reserved for this step."""
-        cache = self.cache
-        if cache._pending is None or self._written == cache._pending[0]:
-            cache.reserve(counts)                       # used on its own, without the model
-        step, blocks, offsets = cache._commit(self._written)
-        self._written = step
-        pool, i = cache.pool, self.index
+    def update(self, k: np.ndarray, v: np.ndarray, plan: StepPlan) -> None:
+        """Write the step's positions (k, v (N, G, d) packed) into the slots the plan reserved."""
+        if getattr(plan, "slot_blocks", None) is None:
+            raise TypeError("a paged layer writes a plan made by its PagedKVCache.reserve")
+        check_plan(plan, self.cache.lengths, "ends")
+        pool, i = self.cache.pool, self.index
         for buf, scales, x in ((pool.k[i], pool.k_scale[i], k), (pool.v[i], pool.v_scale[i], v)):
             data, scale = self.format.encode(x)
-            buf[blocks, offsets] = data                 # (N, G, d) into [NB, bs, G, d]
+            buf[plan.slot_blocks, plan.slot_offsets] = data     # (N, G, d) into [NB, bs, G, d]
             if scales is not None:
-                scales[blocks, offsets] = scale
+                scales[plan.slot_blocks, plan.slot_offsets] = scale
 
     # ------------------------------------------------------------------ reading
 
@@ -787,34 +759,30 @@ class PagedLayerCache(LayerCache):
             scale = scale.reshape(B, n * bs, self.kv_heads)[:, :T].transpose(0, 2, 1)
         return self.format.decode(data.transpose(0, 2, 1, 3), scale, self.compute_dtype)
 
-    def attend(self, q: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        """q (N, H, d): the newest counts[b] queries of row b  ->  (N, H, d).  Rows with one new
-        token attend together (one gather, ``decode_attention``); longer ones (a prompt) one by
-        one, causally."""
-        cache = self.cache
-        pool, i = cache.pool, self.index
-        counts = np.asarray(counts)
-        lengths = cache.lengths
-        if len(counts) == cache.batch and np.all(counts == 1):
-            table, T = cache.gather_index()
-            K = self._rows(pool.k[i], pool.k_scale[i], table, T)
-            V = self._rows(pool.v[i], pool.v_scale[i], table, T)
-            return decode_attention(q, K, V, lengths)
+    def _gathered(self, table: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and values (B, G, T, d) of the sequences whose tables are ``table`` (B, n)."""
+        pool, i = self.cache.pool, self.index
+        return self._rows(pool.k[i], pool.k_scale[i], table, T), self._rows(pool.v[i], pool.v_scale[i], table, T)
+
+    def attend(self, q: np.ndarray, plan: StepPlan) -> np.ndarray:
+        """q (N, H, d): the step's queries  ->  (N, H, d).  Rows with one new token attend
+        together (one gather of the plan's table, ``decode_attention``); longer ones (a prompt)
+        one by one, causally."""
+        check_plan(plan, self.cache.lengths, "ends")
+        if plan.is_decode:
+            K, V = self._gathered(plan.table, plan.context)
+            return decode_attention(q, K, V, plan.ends)
         out = np.empty_like(q)
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        ones = np.flatnonzero(counts == 1)
+        bs, offsets, ends = self.cache.block_size, plan.offsets, plan.ends
+        ones = np.flatnonzero(plan.counts == 1)
         if len(ones) > 1:                               # the decoding rows of a mixed step, together
-            T = int(lengths[ones].max())
-            table = cache._padded_tables(blocks_for(T, cache.block_size))[ones]
-            K = self._rows(pool.k[i], pool.k_scale[i], table, T)
-            V = self._rows(pool.v[i], pool.v_scale[i], table, T)
-            out[offsets[ones]] = decode_attention(q[offsets[ones]], K, V, lengths[ones])
-        for b in np.flatnonzero(counts != 1) if len(ones) > 1 else range(len(counts)):
-            t, lo, hi = int(lengths[b]), offsets[b], offsets[b + 1]
-            table = np.asarray(cache.tables[b][: blocks_for(t, cache.block_size)], np.int64)[None, :]
-            K = self._rows(pool.k[i], pool.k_scale[i], table, t)[0]         # (G, t, d)
-            V = self._rows(pool.v[i], pool.v_scale[i], table, t)[0]
-            out[lo:hi] = attend_new_tokens(q[lo:hi], K, V)
+            T = int(ends[ones].max())
+            K, V = self._gathered(plan.table[ones, : blocks_for(T, bs)], T)
+            out[offsets[ones]] = decode_attention(q[offsets[ones]], K, V, ends[ones])
+        for b in np.flatnonzero(plan.counts != 1) if len(ones) > 1 else range(plan.batch):
+            t, lo, hi = int(ends[b]), offsets[b], offsets[b + 1]
+            K, V = self._gathered(plan.table[b: b + 1, : blocks_for(t, bs)], t)
+            out[lo:hi] = attend_new_tokens(q[lo:hi], K[0], V[0])      # (G, t, d) each
         return out
 
     def keys(self, row: int) -> np.ndarray:
@@ -828,16 +796,19 @@ class PagedLayerCache(LayerCache):
     def _one(self, row, buf, scales) -> np.ndarray:
         cache = self.cache
         row = cache._row(row)
-        t = int(cache._lengths[row])
-        table = np.asarray(cache.tables[row][: blocks_for(t, cache.block_size)], np.int64)[None, :]
+        t = int(cache.lengths[row])
         if t == 0:
             return np.zeros((self.kv_heads, 0, self.head_dim), self.compute_dtype)
+        table = np.asarray(cache.block_table(row)[: blocks_for(t, cache.block_size)], np.int64)[None, :]
         return np.array(self._rows(buf, scales, table, t)[0])
 
     # ------------------------------------------------------------------ rows: the batch's
 
-    def _gather(self, idx: np.ndarray) -> None:
-        self.cache._gather(idx)
+    def reorder(self, beam_idx) -> None:
+        self.cache.reorder(beam_idx)
+
+    def select(self, rows) -> None:
+        self.cache.select(rows)
 
     def crop(self, n) -> None:
         self.cache.crop(n)

@@ -77,9 +77,6 @@ class PrefixIndex:
         """A block and the version of its contents (None: the root, before the first block)."""
         return None if block is None else (block, self._version[block])
 
-    def cached(self, block: int) -> bool:
-        return block in self._entry
-
     # ------------------------------------------------------------------ finding
 
     def match(self, tokens: Sequence[int], limit: int | None = None) -> list[int]:

@@ -1,8 +1,10 @@
 """A serving loop over a paged KV cache: requests arrive, run as one batch, finish, and are
 preempted when blocks run out.
 
-A request is a prompt, a number of new tokens, an optional EOS and the step it arrives at.  Every
-step of ``serve``::
+A request is a prompt, a number of new tokens, an optional EOS and the step it arrives at.
+``serve(model, requests, ...)`` is ``Scheduler(model, ...).run(requests)``, whose loop is one
+method per numbered part of a step (``_arrive``, ``_make_room``, ``_admit``,
+``_forward_and_finish``); it uses the paged cache through its public methods only.  Every step::
 
     1. arrivals join the waiting queue (first come, first served)
     2. room for the running batch: its next token may need a block each; while the free blocks
@@ -37,7 +39,6 @@ token (``kv_waste``).  With ``prefix_sharing`` the full blocks of earlier reques
 """
 from __future__ import annotations
 
-import numbers
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import validate
 from .paged import OutOfBlocks, PagedKVCache, blocks_for, DEFAULT_BLOCK_SIZE
 from .prefix import PrefixIndex, PrefixStats, chain_hash
 
@@ -55,24 +57,16 @@ __all__ = ["Request", "StepStats", "ServeResult", "serve", "Scheduler", "sample_
 RESERVE_POLICIES = ("blocks", "max_len", "request")
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True)
 class Request:
     """One generation request: greedy decoding of ``prompt`` for up to ``max_new_tokens``
-    tokens, stopping after an ``eos_token_id`` (an id or a list of them; ``eos=`` says the
-    same), arriving at step ``arrival`` (or ``arrival_step=``)."""
+    tokens, stopping after an ``eos_token_id`` (an id or a list of them), arriving at step
+    ``arrival``."""
 
     prompt: Sequence[int]
     max_new_tokens: int
-    eos_token_id: int | Sequence[int] | None
-    arrival: int
-
-    def __init__(self, prompt, max_new_tokens, eos_token_id=None, arrival=0, *, eos=None, arrival_step=None):
-        if eos is not None and eos_token_id is not None and eos != eos_token_id:
-            raise ValueError("give eos_token_id or eos, not two different ones")
-        object.__setattr__(self, "prompt", prompt)
-        object.__setattr__(self, "max_new_tokens", max_new_tokens)
-        object.__setattr__(self, "eos_token_id", eos_token_id if eos is None else eos)
-        object.__setattr__(self, "arrival", arrival if arrival_step is None else arrival_step)
+    eos_token_id: int | Sequence[int] | None = None
+    arrival: int = 0
 
     @property
     def eos(self):
@@ -95,10 +89,6 @@ class StepStats:
     prefill_tokens: int     # tokens computed for the sequences admitted this step
     cached_tokens: int      # their tokens found in the prefix cache instead
     seconds: float
-
-    @property
-    def preemptions(self) -> int:
-        return self.preempted
 
 
 @dataclass
@@ -136,8 +126,6 @@ class ServeResult:
     def prefill_saved(self) -> int:
         """Prompt tokens taken from the prefix cache instead of computed."""
         return sum(s.cached_tokens for s in self.steps)
-
-    prefill_tokens_saved = prefill_saved
 
     @property
     def hit_rate(self) -> float:
@@ -194,22 +182,16 @@ class BookkeepingModel:
         self.dtype = np.dtype(np.float32)
 
     def check_tokens(self, token_ids, what: str = "token ids") -> np.ndarray:
-        arr = np.asarray(token_ids)
-        if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
-            raise ValueError(f"{what} must be a 1-d sequence of integers")
-        arr = arr.astype(np.int64)
-        bad = np.flatnonzero((arr < 0) | (arr >= self.config.vocab_size))
-        if len(bad):
-            raise ValueError(f"{what}: token id {int(arr[bad[0]])} at position {int(bad[0])} is outside the "
-                             f"vocabulary (0 .. {self.config.vocab_size - 1})")
-        return arr
+        """token_ids as int64 (N,), checked as the model checks them."""
+        return validate.token_ids(token_ids, self.config.vocab_size, what)
 
     def forward(self, tokens, counts, cache) -> np.ndarray:
-        counts = cache.reserve(counts)
-        zeros = np.zeros((int(counts.sum()), self.config.num_key_value_heads, self.config.head_dim), self.dtype)
+        """Reserve the step and write zeros as every layer's keys and values; flat logits (B, V)."""
+        plan = cache.reserve(counts)
+        zeros = np.zeros((plan.tokens, self.config.num_key_value_heads, self.config.head_dim), self.dtype)
         for layer in cache:
-            layer.update(zeros, zeros, counts)
-        return np.zeros((len(counts), self.config.vocab_size), self.dtype)
+            layer.update(zeros, zeros, plan)
+        return np.zeros((plan.batch, self.config.vocab_size), self.dtype)
 
 
 def decode_step_seconds(model, batch: int, context: int, *, kind: str = "paged", steps: int = 8,
@@ -217,9 +199,9 @@ def decode_step_seconds(model, batch: int, context: int, *, kind: str = "paged",
     """The fastest of ``steps`` decode steps of ``batch`` sequences that each hold ``context``
     positions (random prompts, prefilled first), in seconds.  The fastest, because other work on
     the machine can only slow a step down.  Memory: batch x (context + steps) positions."""
-    batch = _check_int(batch, "batch", 1)
-    context = _check_int(context, "context", 1)
-    steps = _check_int(steps, "steps", 1)
+    batch = validate.whole(batch, "batch", 1)
+    context = validate.whole(context, "context", 1)
+    steps = validate.whole(steps, "steps", 1)
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, model.config.vocab_size, context) for _ in range(batch)]
     options = {"block_size": block_size} if kind == "paged" else {}
@@ -260,36 +242,48 @@ def sample_requests(n: int, seed: int = 0, *, vocab_size: int, prompt_mean: floa
             for p, o, a in zip(prompts, outputs, arrivals)]
 
 
-def _check_int(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _eos(model, eos, what: str) -> frozenset:
-    if eos is None:
-        return frozenset()
-    ids = [eos] if isinstance(eos, numbers.Integral) and not isinstance(eos, bool) else eos
-    try:
-        arr = model.check_tokens(list(ids), f"{what}: eos_token_id")
-    except TypeError:
-        raise ValueError(f"{what}: eos_token_id must be a token id or a list of them, got {eos!r}") from None
-    if len(arr) == 0:
-        raise ValueError(f"{what}: eos_token_id is an empty list (use None for no EOS)")
-    return frozenset(int(t) for t in arr)
-
-
 def _reserved_positions(policy: str, prompt_len: int, max_new: int, max_len: int) -> int:
     """Positions a sequence holds from admission on, for a reservation ``policy`` (0: as needed)."""
     return {"blocks": 0, "max_len": max_len, "request": prompt_len + max_new}[policy]
 
 
-def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK_SIZE,
-          num_blocks: int | None = None, max_len: int | None = None, preempt: bool = True,
-          prefix_sharing: bool = False, reserve: str = "blocks", cache_dtype=None,
-          max_running: int | None = None, watermark: float = 0.01, hash_fn: Callable = chain_hash,
-          on_step: Callable[[StepStats, list, list, PagedKVCache], None] | None = None) -> ServeResult:
-    """Serve ``requests`` with greedy decoding over one paged pool (see the module docstring).
+def _check_requests(model, requests) -> tuple[list[_Sequence], list[int]]:
+    """The requests as sequences (prompts and EOS ids checked) and their arrival steps; a
+    ValueError names the first bad request."""
+    try:
+        requests = list(requests)
+    except TypeError:
+        raise ValueError(f"requests must be a list of Request, got {type(requests).__name__}") from None
+    seqs, arrivals = [], []
+    vocab, limit = model.config.vocab_size, model.config.max_position_embeddings
+    for i, r in enumerate(requests):
+        if not isinstance(r, Request):
+            raise ValueError(f"request {i} is a {type(r).__name__}, not a Request")
+        prompt = validate.token_ids(r.prompt, vocab, f"request {i}: prompt")
+        if len(prompt) == 0:
+            raise ValueError(f"request {i}: the prompt is empty")
+        max_new = validate.whole(r.max_new_tokens, f"request {i}: max_new_tokens", 0)
+        if len(prompt) + max_new > limit:
+            raise ValueError(f"request {i}: {len(prompt)} prompt tokens + {max_new} new ones pass "
+                             f"max_position_embeddings ({limit})")
+        eos = validate.eos_ids(r.eos_token_id, vocab, f"request {i}: eos_token_id")
+        seqs.append(_Sequence(i, prompt, max_new, frozenset(eos.tolist())))
+        arrivals.append(validate.whole(r.arrival, f"request {i}: arrival", 0))
+    return seqs, arrivals
+
+
+@dataclass(frozen=True)
+class _Admission:
+    """A sequence admitted this step: the tokens it computes now, the blocks it found cached."""
+
+    seq: _Sequence
+    new_tokens: int
+    shared: list[int]
+
+
+class Scheduler:
+    """The serving loop over one paged pool (see the module docstring), its options kept:
+    ``Scheduler(model, num_blocks=..., ...).run(requests)``; ``serve`` is that call.
 
     ``num_blocks`` sizes the pool (default: enough for every request at its longest at once);
     ``max_len`` bounds a sequence (default: the longest prompt + max_new_tokens); ``reserve`` is
@@ -300,171 +294,219 @@ def serve(model, requests: Sequence[Request], *, block_size: int = DEFAULT_BLOCK
     cache)`` is called after every step that ran, with the request of each row of the step, the
     token each made, and the cache as the step left it (its finished sequences still in it).
     """
-    if reserve not in RESERVE_POLICIES:
-        raise ValueError(f"reserve must be one of {', '.join(RESERVE_POLICIES)}, got {reserve!r}")
-    block_size = _check_int(block_size, "block_size", 1)
-    if max_running is not None:
-        max_running = _check_int(max_running, "max_running", 1)
-    try:
-        requests = list(requests)
-    except TypeError:
-        raise ValueError(f"requests must be a list of Request, got {type(requests).__name__}") from None
-    seqs, arrivals = [], []
-    limit = model.config.max_position_embeddings
-    for i, r in enumerate(requests):
-        if not isinstance(r, Request):
-            raise ValueError(f"request {i} is a {type(r).__name__}, not a Request")
-        prompt = model.check_tokens(r.prompt, f"request {i}: prompt")
-        if len(prompt) == 0:
-            raise ValueError(f"request {i}: the prompt is empty")
-        max_new = _check_int(r.max_new_tokens, f"request {i}: max_new_tokens", 0)
-        if len(prompt) + max_new > limit:
-            raise ValueError(f"request {i}: {len(prompt)} prompt tokens + {max_new} new ones pass "
-                             f"max_position_embeddings ({limit})")
-        seqs.append(_Sequence(i, prompt, max_new, _eos(model, r.eos_token_id, f"request {i}")))
-        arrivals.append(_check_int(r.arrival, f"request {i}: arrival", 0))
-    longest = max((s.prompt_len + s.max_new for s in seqs), default=1)
-    if max_len is None:
-        max_len = longest if reserve != "max_len" else limit
-    max_len = _check_int(max_len, "max_len", 1)
-    if longest > max_len:
-        raise ValueError(f"a request of {longest} positions passes max_len ({max_len})")
-    if max_len > limit:
-        raise ValueError(f"max_len ({max_len}) passes max_position_embeddings ({limit})")
 
-    def holds(s: _Sequence) -> int:
-        """Blocks the sequence holds at its longest."""
+    def __init__(self, model, *, block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None,
+                 max_len: int | None = None, preempt: bool = True, prefix_sharing: bool = False,
+                 reserve: str = "blocks", cache_dtype=None, max_running: int | None = None,
+                 watermark: float = 0.01, hash_fn: Callable = chain_hash,
+                 on_step: Callable[[StepStats, list, list, PagedKVCache], None] | None = None):
+        if reserve not in RESERVE_POLICIES:
+            raise ValueError(f"reserve must be one of {', '.join(RESERVE_POLICIES)}, got {reserve!r}")
+        if not validate.is_number(watermark) or not 0 <= watermark < 1:
+            raise ValueError(f"watermark must be a share of the pool, from 0 to below 1, got {watermark!r}")
+        self.model = model
+        self.block_size = validate.whole(block_size, "block_size", 1)
+        self.max_running = None if max_running is None else validate.whole(max_running, "max_running", 1)
+        self.num_blocks, self.max_len, self.reserve, self.watermark = num_blocks, max_len, reserve, watermark
+        self.preempt, self.prefix_sharing, self.cache_dtype = preempt, prefix_sharing, cache_dtype
+        self.hash_fn, self.on_step = hash_fn, on_step
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, requests: Sequence[Request]) -> ServeResult:
+        """Serve ``requests`` to the end: every step makes room, admits, runs one forward pass
+        and lets the finished sequences go."""
+        self._start(requests)
+        while self._pending or self._waiting or self._running:
+            started = time.perf_counter()
+            self._arrive()
+            preempted = self._make_room()
+            admitted = [] if preempted else self._admit()
+            if self._running or admitted:
+                self._forward_and_finish(admitted, preempted, started)
+            else:                               # nothing to run before the next arrival
+                self._idle(preempted, started)
+            self._step += 1
+        return ServeResult(self._outputs, self._steps, self.block_size, self._kv.num_blocks,
+                           self._prefix.stats if self._prefix is not None else None,
+                           time.perf_counter() - self._started, self._preempted_requests,
+                           self._prefilled, self._found)
+
+    # ------------------------------------------------------------------ before the first step
+
+    def _start(self, requests) -> None:
+        """Check the requests, size the pool, refuse a request that could never fit, and set
+        up the queues."""
+        seqs, self._arrivals = _check_requests(self.model, requests)
+        self._max_len = self._sequence_room(seqs)
+        num_blocks = self.num_blocks
+        if num_blocks is None:
+            num_blocks = max(1, sum(self._blocks_at_longest(s) for s in seqs))
+        num_blocks = validate.whole(num_blocks, "num_blocks", 1)
+        for s in seqs:
+            if s.max_new and self._blocks_at_longest(s) > num_blocks:
+                raise OutOfBlocks(self._blocks_at_longest(s), num_blocks,
+                                  f"request {s.index} ({s.prompt_len} prompt tokens + {s.max_new} new) can "
+                                  f"never fit in a pool of {num_blocks} blocks of {self.block_size}")
+        # reservations made at admission never grow: only paging needs the watermark
+        self._keep_free = int(self.watermark * num_blocks) if self.reserve == "blocks" else 0
+        cfg, model = self.model.config, self.model
+        self._kv = PagedKVCache(cfg.num_hidden_layers, 0, cfg.num_key_value_heads, cfg.head_dim, self._max_len,
+                                dtype=model.dtype.name if self.cache_dtype is None else self.cache_dtype,
+                                compute_dtype=model.dtype, block_size=self.block_size, num_blocks=num_blocks)
+        self._prefix = PrefixIndex(self._kv.pool, self.hash_fn) if self.prefix_sharing else None
+        order = sorted(range(len(seqs)), key=lambda i: (self._arrivals[i], i))
+        self._pending = deque(seqs[i] for i in order if seqs[i].max_new > 0)
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []          # row r of the cache is running[r], oldest first
+        self._outputs: list[list[int]] = [[] for _ in seqs]
+        self._steps: list[StepStats] = []
+        self._preempted_requests: list[int] = []
+        self._prefilled, self._found = [0] * len(seqs), [0] * len(seqs)
+        self._step, self._started = 0, time.perf_counter()
+
+    def _sequence_room(self, seqs: list[_Sequence]) -> int:
+        """max_len: the option, or the longest request (the model's limit to reserve max_len)."""
+        limit = self.model.config.max_position_embeddings
+        longest = max((s.prompt_len + s.max_new for s in seqs), default=1)
+        max_len = self.max_len
+        if max_len is None:
+            max_len = longest if self.reserve != "max_len" else limit
+        max_len = validate.whole(max_len, "max_len", 1)
+        if longest > max_len:
+            raise ValueError(f"a request of {longest} positions passes max_len ({max_len})")
+        if max_len > limit:
+            raise ValueError(f"max_len ({max_len}) passes max_position_embeddings ({limit})")
+        return max_len
+
+    def _blocks_at_longest(self, s: _Sequence) -> int:
+        """Blocks the sequence holds at its longest (its last token is never written)."""
         most = max(s.prompt_len + s.max_new - 1, 1)
-        return blocks_for(max(most, _reserved_positions(reserve, s.prompt_len, s.max_new, max_len)), block_size)
+        return blocks_for(max(most, self._reservation(s)), self.block_size)
 
-    if num_blocks is None:
-        num_blocks = max(1, sum(holds(s) for s in seqs))
-    num_blocks = _check_int(num_blocks, "num_blocks", 1)
-    if isinstance(watermark, bool) or not isinstance(watermark, numbers.Real) or not 0 <= watermark < 1:
-        raise ValueError(f"watermark must be a share of the pool, from 0 to below 1, got {watermark!r}")
-    keep_free = int(watermark * num_blocks) if reserve == "blocks" else 0   # reservations never grow
-    for s in seqs:                              # refused up front: it would never fit
-        if s.max_new and holds(s) > num_blocks:
-            raise OutOfBlocks(holds(s), num_blocks,
-                              f"request {s.index} ({s.prompt_len} prompt tokens + {s.max_new} new) can never "
-                              f"fit in a pool of {num_blocks} blocks of {block_size}")
+    def _reservation(self, s: _Sequence) -> int:
+        """Positions the sequence holds from admission on (0: as they arrive)."""
+        return _reserved_positions(self.reserve, s.prompt_len, s.max_new, self._max_len)
 
-    kv = PagedKVCache(model.config.num_hidden_layers, 0, model.config.num_key_value_heads,
-                      model.config.head_dim, max_len, dtype=model.dtype.name if cache_dtype is None else cache_dtype,
-                      compute_dtype=model.dtype, block_size=block_size, num_blocks=num_blocks)
-    prefix = PrefixIndex(kv.pool, hash_fn) if prefix_sharing else None
-    outputs: list[list[int]] = [[] for _ in seqs]
-    order = sorted(range(len(seqs)), key=lambda i: (arrivals[i], i))
-    pending = deque(seqs[i] for i in order if seqs[i].max_new > 0)
-    waiting: deque[_Sequence] = deque()
-    running: list[_Sequence] = []               # row r of kv is running[r], oldest first
-    steps: list[StepStats] = []
-    preempted_requests: list[int] = []
-    prefilled, found = [0] * len(seqs), [0] * len(seqs)
-    start = time.perf_counter()
-    step = 0
-    while pending or waiting or running:
-        t0 = time.perf_counter()
-        while pending and arrivals[pending[0].index] <= step:
-            waiting.append(pending.popleft())
+    # ------------------------------------------------------------------ the steps of a step
 
-        # 2. room for every running sequence's next token
+    def _arrive(self) -> None:
+        """Requests whose arrival step has come join the waiting queue."""
+        while self._pending and self._arrivals[self._pending[0].index] <= self._step:
+            self._waiting.append(self._pending.popleft())
+
+    def _make_room(self) -> int:
+        """Room for every running sequence's next token: preempt the newest while the free
+        blocks do not cover it (its blocks freed, back to the front of the queue, recomputed when
+        admitted again).  Returns how many were preempted; with preempt=False, OutOfBlocks."""
+        kv, running = self._kv, self._running
         preempted = 0
-        ones = np.ones(len(running), np.int64)
-        while running and kv.blocks_needed(ones) > kv.num_free:
-            if not preempt:
-                raise OutOfBlocks(kv.blocks_needed(ones), kv.num_free,
-                                  f"step {step}: the next token of {len(running)} running sequences "
+        while running and kv.blocks_needed(np.ones(len(running), np.int64)) > kv.num_free:
+            if not self.preempt:
+                raise OutOfBlocks(kv.blocks_needed(np.ones(len(running), np.int64)), kv.num_free,
+                                  f"step {self._step}: the next token of {len(running)} running sequences "
                                   "(preempt=False)")
             victim = running.pop()              # the newest: recomputed when admitted again
             kv.free(len(running))
             victim.registered = 0
-            waiting.appendleft(victim)
-            preempted_requests.append(victim.index)
+            self._waiting.appendleft(victim)
+            self._preempted_requests.append(victim.index)
             preempted += 1
-            ones = ones[:-1]
-        need = kv.blocks_needed(ones) if running else 0
+        return preempted
 
-        # 3. admission
-        admitted: list[tuple[_Sequence, int, list[int]]] = []
-        while not preempted and waiting and (max_running is None or len(running) + len(admitted) < max_running):
+    def _admit(self) -> list[_Admission]:
+        """The head of the queue joins while the blocks it needs (minus those found in the prefix
+        cache) are free, beside the running sequences' next tokens and the watermark."""
+        kv, prefix, waiting = self._kv, self._prefix, self._waiting
+        need = kv.blocks_needed(np.ones(len(self._running), np.int64)) if self._running else 0
+        admitted: list[_Admission] = []
+        while waiting and (self.max_running is None or len(self._running) + len(admitted) < self.max_running):
             seq = waiting[0]
             shared = prefix.lookup(seq.tokens) if prefix is not None else []
-            total = max(blocks_for(len(seq.tokens), block_size),
-                        blocks_for(_reserved_positions(reserve, seq.prompt_len, seq.max_new, max_len), block_size))
-            new_blocks = total - len(shared)
+            new_blocks = max(blocks_for(len(seq.tokens), self.block_size),
+                             blocks_for(self._reservation(seq), self.block_size)) - len(shared)
             revived = prefix.blocks_to_take_from_free(shared) if shared else 0
-            spare = keep_free if running or admitted else 0     # an empty batch always takes one
+            spare = self._keep_free if self._running or admitted else 0   # an empty batch always takes one
             if need + new_blocks + revived + spare > kv.num_free:
                 break                           # the head of the queue waits, and so do the rest
             waiting.popleft()
-            if prefix is not None:
-                prefix.record(seq.tokens, shared)
-                prefix.take(shared)
-            row = kv.add_sequence(shared, len(shared) * block_size)
-            if reserve == "blocks":
+            admitted.append(self._join(seq, shared, new_blocks))
+            if self.reserve == "blocks":
                 need += new_blocks              # taken by the forward pass
-            else:                               # the whole reservation, taken now
-                kv.tables[row].extend(kv.allocator.allocate() for _ in range(new_blocks))
-            admitted.append((seq, len(seq.tokens) - len(shared) * block_size, shared))
-            prefilled[seq.index] += len(seq.tokens) - len(shared) * block_size
-            found[seq.index] += len(shared) * block_size
+        return admitted
 
-        if not running and not admitted:        # nothing to run before the next arrival
-            steps.append(StepStats(step, 0, len(waiting), 0, 0, preempted, kv.allocator.num_used, 0, 0.0, 0, 0,
-                                   time.perf_counter() - t0))
-            step += 1
-            continue
+    def _join(self, seq: _Sequence, shared: list[int], new_blocks: int) -> _Admission:
+        """Give an admitted sequence its row: the cached blocks it shares, and its whole
+        reservation now unless it pages."""
+        kv, prefix = self._kv, self._prefix
+        if prefix is not None:
+            prefix.record(seq.tokens, shared)
+            prefix.take(shared)
+        row = kv.add_sequence(shared, len(shared) * self.block_size)
+        if self.reserve != "blocks":
+            kv.reserve_blocks(row, new_blocks)
+        cached = len(shared) * self.block_size
+        self._prefilled[seq.index] += len(seq.tokens) - cached
+        self._found[seq.index] += cached
+        return _Admission(seq, len(seq.tokens) - cached, shared)
 
-        # 4. one forward pass: decode for the running rows, prefill for the admitted ones
-        tokens = [s.tokens[-1] for s in running]
-        counts = [1] * len(running)
-        for seq, n, _ in admitted:
-            tokens += seq.tokens[len(seq.tokens) - n:]
-            counts.append(n)
-        running += [seq for seq, _, _ in admitted]
-        logits = model.forward(np.asarray(tokens, np.int64), np.asarray(counts, np.int64), kv)
-        tokens_cached = kv.filled_slots()
-        blocks_used = kv.allocator.num_used
-
-        # 5. the next tokens; finished sequences leave
+    def _forward_and_finish(self, admitted: list[_Admission], preempted: int, started: float) -> None:
+        """One forward pass (the running rows decode, the admitted ones prefill what is not
+        cached), then the next tokens, the step's statistics, and the finished sequences out."""
+        kv = self._kv
+        tokens = [s.tokens[-1] for s in self._running]
+        counts = [1] * len(self._running)
+        for a in admitted:
+            tokens += a.seq.tokens[len(a.seq.tokens) - a.new_tokens:]
+            counts.append(a.new_tokens)
+        self._running += [a.seq for a in admitted]
+        logits = self.model.forward(np.asarray(tokens, np.int64), np.asarray(counts, np.int64), kv)
+        tokens_cached, blocks_used = kv.filled_slots(), kv.num_used
         chosen = np.argmax(logits, axis=-1)
-        keep, finished = [], 0
-        rows = [s.index for s in running]
-        for r, seq in enumerate(running):
-            if prefix is not None:
+        rows = [s.index for s in self._running]
+        keep = self._emit(chosen)
+        reserved = blocks_used * self.block_size
+        stats = StepStats(step=self._step, running=len(rows), waiting=len(self._waiting),
+                          admitted=len(admitted), finished=len(rows) - len(keep), preempted=preempted,
+                          blocks_used=blocks_used, tokens_cached=tokens_cached,
+                          kv_waste=1.0 - tokens_cached / reserved if reserved else 0.0,
+                          prefill_tokens=sum(a.new_tokens for a in admitted),
+                          cached_tokens=sum(len(a.shared) for a in admitted) * self.block_size,
+                          seconds=time.perf_counter() - started)
+        self._steps.append(stats)
+        if self.on_step is not None:
+            self.on_step(stats, rows, chosen.tolist(), kv)
+        if len(keep) < len(rows):
+            kv.select(keep)
+            self._running = [self._running[r] for r in keep]
+
+    def _emit(self, chosen: np.ndarray) -> list[int]:
+        """Append each running sequence's token (newly full blocks enter the prefix cache first);
+        returns the rows that go on (no EOS, under max_new_tokens)."""
+        keep = []
+        bs = self.block_size
+        for r, seq in enumerate(self._running):
+            if self._prefix is not None:
                 cached = len(seq.tokens)        # every token so far is in the cache now
-                if cached // block_size > seq.registered:
-                    prefix.register(kv.tables[r], seq.tokens[:cached])
-                    seq.registered = cached // block_size
+                if cached // bs > seq.registered:
+                    self._prefix.register(self._kv.block_table(r), seq.tokens[:cached])
+                    seq.registered = cached // bs
             token = int(chosen[r])
             seq.tokens.append(token)
-            outputs[seq.index].append(token)
-            if token in seq.eos or seq.generated == seq.max_new:
-                finished += 1
-            else:
+            self._outputs[seq.index].append(token)
+            if token not in seq.eos and seq.generated < seq.max_new:
                 keep.append(r)
-        reserved = blocks_used * block_size
-        stats = StepStats(step, len(rows), len(waiting), len(admitted), finished, preempted, blocks_used,
-                          tokens_cached, 1.0 - tokens_cached / reserved if reserved else 0.0,
-                          sum(n for _, n, _ in admitted), sum(len(sh) for _, _, sh in admitted) * block_size,
-                          time.perf_counter() - t0)
-        steps.append(stats)
-        if on_step is not None:
-            on_step(stats, rows, chosen.tolist(), kv)
-        if finished:
-            kv.select(keep)
-            running = [running[r] for r in keep]
-        step += 1
-    return ServeResult(outputs, steps, block_size, num_blocks, prefix.stats if prefix is not None else None,
-                       time.perf_counter() - start, preempted_requests, prefilled, found)
+        return keep
+
+    def _idle(self, preempted: int, started: float) -> None:
+        """A step with nothing to run (the next request has not arrived): recorded all the same."""
+        self._steps.append(StepStats(step=self._step, running=0, waiting=len(self._waiting), admitted=0,
+                                     finished=0, preempted=preempted, blocks_used=self._kv.num_used,
+                                     tokens_cached=0, kv_waste=0.0, prefill_tokens=0, cached_tokens=0,
+                                     seconds=time.perf_counter() - started))
 
 
-class Scheduler:
-    """``serve`` with its options kept: ``Scheduler(model, num_blocks=..., ...).run(requests)``."""
-
-    def __init__(self, model, **options):
-        self.model, self.options = model, options
-
-    def run(self, requests) -> ServeResult:
-        return serve(self.model, requests, **self.options)
+def serve(model, requests: Sequence[Request], **options) -> ServeResult:
+    """Serve ``requests`` with greedy decoding over one paged pool (see the module docstring):
+    ``Scheduler(model, **options).run(requests)``, whose options it takes."""
+    return Scheduler(model, **options).run(requests)

@@ -76,10 +76,11 @@ def test_prefill_then_decode_stores_and_attends_like_the_reference():
     for counts in ([5, 1, 12], [1, 1, 1], [1, 1, 1], [2, 7, 1]):
         counts = np.array(counts)
         k, v, q = rows(rng, counts.sum()), rows(rng, counts.sum()), rng.standard_normal((counts.sum(), H, D_HEAD))
-        cache.update(k, v, counts)
+        plan = cache.reserve(counts)
+        cache.update(k, v, plan)
         ref.update(k, v, counts)
         assert_same(cache, ref)
-        got = cache.attend(q, counts)
+        got = cache.attend(q, plan)
         off = 0
         for b, n in enumerate(counts):
             want = reference_attention(q[off:off + n], ref.k[b], ref.v[b], len(ref.k[b]) - n)
@@ -91,14 +92,15 @@ def test_stale_rows_beyond_a_length_change_nothing():
     """After crop, the old rows stay in the buffer: attention must not see them."""
     rng = np.random.default_rng(1)
     cache = ContiguousLayerCache(2, G, D_HEAD, 16, dtype="float64", compute_dtype=np.float64)
-    cache.update(rows(rng, 20), rows(rng, 20), np.array([10, 10]))
+    cache.update(rows(rng, 20), rows(rng, 20), cache.reserve(np.array([10, 10])))
     kept = [cache.keys(b)[:, :4] for b in range(2)], [cache.values(b)[:, :4] for b in range(2)]
     cache.crop(np.array([4, 9]))
     cache.k[0, :, 4:10] = 1e6                 # garbage where row 0 no longer holds anything
     q = rng.standard_normal((2, H, D_HEAD))
     k1, v1 = rows(rng, 2), rows(rng, 2)
-    cache.update(k1, v1, np.array([1, 1]))
-    out = cache.attend(q, np.array([1, 1]))
+    plan = cache.reserve(np.array([1, 1]))
+    cache.update(k1, v1, plan)
+    out = cache.attend(q, plan)
     K0 = np.concatenate([kept[0][0].transpose(1, 0, 2), k1[:1]])
     V0 = np.concatenate([kept[1][0].transpose(1, 0, 2), v1[:1]])
     np.testing.assert_allclose(out[0], reference_attention(q[:1], K0, V0, 4)[0], rtol=1e-12)
@@ -126,7 +128,7 @@ def test_any_sequence_of_operations_matches_the_reference(data):
             if (counts > room).any():
                 continue
             k, v = rows(rng, counts.sum()), rows(rng, counts.sum())
-            cache.update(k, v, counts)
+            cache.update(k, v, cache.reserve(counts))
             ref.update(k, v, counts)
         elif op == "reorder":
             idx = data.draw(st.lists(st.integers(0, B - 1), min_size=1, max_size=capacity))
@@ -146,12 +148,12 @@ def test_any_sequence_of_operations_matches_the_reference(data):
 def test_reorder_with_repeated_parents_makes_independent_copies():
     rng = np.random.default_rng(2)
     cache = ContiguousLayerCache(1, G, D_HEAD, 10, dtype="float64", compute_dtype=np.float64, capacity=3)
-    cache.update(rows(rng, 4), rows(rng, 4), np.array([4]))
+    cache.update(rows(rng, 4), rows(rng, 4), cache.reserve(np.array([4])))
     parent = cache.keys(0)
     cache.reorder([0, 0, 0])                                  # expand one prompt to three beams
     assert cache.batch == 3 and list(cache.lengths) == [4, 4, 4]
     new = rows(rng, 3)
-    cache.update(new, rows(rng, 3), np.array([1, 1, 1]))      # each beam writes its own row
+    cache.update(new, rows(rng, 3), cache.reserve(np.array([1, 1, 1])))      # each beam writes its own row
     for b in range(3):
         np.testing.assert_array_equal(cache.keys(b)[:, :4], parent)
         np.testing.assert_array_equal(cache.keys(b)[:, 4], new[b])
@@ -165,7 +167,7 @@ def test_reorder_copies_only_the_rows_that_change():
     kv = new_cache("contiguous", n_layers=2, batch=1, kv_heads=G, head_dim=D_HEAD, max_len=16,
                    dtype="float32", compute_dtype=np.float32, capacity=4)
     for layer in kv:
-        layer.update(rows(rng, 5), rows(rng, 5), np.array([5]))
+        layer.update(rows(rng, 5), rows(rng, 5), layer.reserve(np.array([5])))
     per_position = 2 * 2 * G * D_HEAD * 4                    # keys and values, 2 layers, float32
     kv.reorder([0, 0, 0, 0])                                  # the expansion: 3 new rows of 5 positions
     assert kv.bytes_copied == 3 * 5 * per_position
@@ -204,11 +206,11 @@ def test_lengths_cannot_be_written_through_the_property():
 def test_copy_is_independent():
     rng = np.random.default_rng(4)
     kv = new_cache("contiguous", n_layers=1, batch=2, kv_heads=G, head_dim=D_HEAD, max_len=8)
-    kv[0].update(rows(rng, 4), rows(rng, 4), np.array([2, 2]))
+    kv[0].update(rows(rng, 4), rows(rng, 4), kv.reserve(np.array([2, 2])))
     snapshot = kv.copy()
     before = snapshot.as_dicts()
     kv.reorder([1, 1])
-    kv[0].update(rows(rng, 2), rows(rng, 2), np.array([1, 1]))
+    kv[0].update(rows(rng, 2), rows(rng, 2), kv.reserve(np.array([1, 1])))
     kv.crop(1)
     after = snapshot.as_dicts()
     assert list(snapshot.lengths) == [2, 2]
@@ -337,7 +339,7 @@ def test_what_the_cache_hands_out_are_copies():
     kv = new_cache("contiguous", n_layers=2, batch=2, kv_heads=G, head_dim=D_HEAD, max_len=8,
                    dtype="float64", compute_dtype=np.float64)
     for layer in kv:
-        layer.update(rows(rng, 5), rows(rng, 5), np.array([3, 2]))
+        layer.update(rows(rng, 5), rows(rng, 5), layer.reserve(np.array([3, 2])))
     before = snapshot(kv)
     kv[0].keys(0)[:] = 7.0
     kv[1].values(1)[:] = 7.0

@@ -63,11 +63,11 @@ def step(kv, ref, rng, counts):
     N = int(counts.sum())
     k, v, q = rng.standard_normal((N, G, D_HEAD)), rng.standard_normal((N, G, D_HEAD)), \
         rng.standard_normal((N, H, D_HEAD))
-    kv.reserve(counts)
+    plan = kv.reserve(counts)
     outs = []
     for layer in kv:
-        layer.update(k, v, counts)
-        outs.append(layer.attend(q, counts))
+        layer.update(k, v, plan)
+        outs.append(layer.attend(q, plan))
     ref.update(k, v, counts)
     off = 0
     for b, n in enumerate(counts):
@@ -178,10 +178,10 @@ def test_equals_the_contiguous_layout_in_every_storage_format():
             counts = np.array(counts)
             k, v = rng.standard_normal((counts.sum(), G, D_HEAD)), rng.standard_normal((counts.sum(), G, D_HEAD))
             q = rng.standard_normal((counts.sum(), H, D_HEAD))
-            kv.reserve(counts)
-            kv[0].update(k, v, counts)
-            cont.update(k, v, counts)
-            np.testing.assert_allclose(kv[0].attend(q, counts), cont.attend(q, counts), rtol=1e-12, atol=1e-13)
+            plan, cont_plan = kv.reserve(counts), cont.reserve(counts)
+            kv[0].update(k, v, plan)
+            cont.update(k, v, cont_plan)
+            np.testing.assert_allclose(kv[0].attend(q, plan), cont.attend(q, cont_plan), rtol=1e-12, atol=1e-13)
         for b in range(3):
             np.testing.assert_array_equal(kv[0].keys(b), cont.keys(b))
         assert kv.used_bytes == cont.used_bytes      # the same positions, the same bytes each
@@ -190,10 +190,10 @@ def test_equals_the_contiguous_layout_in_every_storage_format():
         q = rng.standard_normal((4, H, D_HEAD))
         k, v = rng.standard_normal((4, G, D_HEAD)), rng.standard_normal((4, G, D_HEAD))
         ones = np.ones(4, np.int64)
-        kv.reserve(ones)
-        kv[0].update(k, v, ones)
-        cont.update(k, v, ones)
-        np.testing.assert_allclose(kv[0].attend(q, ones), cont.attend(q, ones), rtol=1e-12, atol=1e-13)
+        plan, cont_plan = kv.reserve(ones), cont.reserve(ones)
+        kv[0].update(k, v, plan)
+        cont.update(k, v, cont_plan)
+        np.testing.assert_allclose(kv[0].attend(q, plan), cont.attend(q, cont_plan), rtol=1e-12, atol=1e-13)
         # two beams share sequence 2's full blocks: paged holds those positions once
         shared = (int(kv.lengths[0]) - 1) // 4 * 4
         assert kv.used_bytes == cont.used_bytes - shared * kv.pool.bytes_per_slot
@@ -326,17 +326,16 @@ def test_decode_attention_equals_the_kernel_s_paged_walk():
         kv = PagedKVCache(2, 3, kv_heads, d, 60, dtype="float64", compute_dtype=np.float64,
                           block_size=block_size, capacity=5)
         counts = np.array([17, 1, 33])
+        plan = kv.reserve(counts)
         for layer in kv:
-            if layer.index == 0:
-                kv.reserve(counts)
-            layer.update(rng.standard_normal((51, kv_heads, d)), rng.standard_normal((51, kv_heads, d)), counts)
+            layer.update(rng.standard_normal((51, kv_heads, d)), rng.standard_normal((51, kv_heads, d)), plan)
         kv.reorder([0, 2, 2, 1, 0])                  # beams sharing blocks
         ones = np.ones(5, np.int64)
-        kv.reserve(ones)
+        plan = kv.reserve(ones)
         q = rng.standard_normal((5, heads, d))
         for layer in kv:
-            layer.update(rng.standard_normal((5, kv_heads, d)), rng.standard_normal((5, kv_heads, d)), ones)
-            ours = layer.attend(q, ones)
+            layer.update(rng.standard_normal((5, kv_heads, d)), rng.standard_normal((5, kv_heads, d)), plan)
+            ours = layer.attend(q, plan)
             for b in range(5):
                 walked, visited = paged_decode(q[b], layer.k_pool, layer.v_pool, kv.block_table(b),
                                                int(kv.lengths[b]))

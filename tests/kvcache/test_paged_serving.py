@@ -7,6 +7,8 @@ even when block names collide (a hash made weak on purpose).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -188,7 +190,7 @@ def test_colliding_names_never_share_a_block_whose_tokens_differ():
                     continue
                 held = list(requests[req].prompt)
                 for i, b in enumerate(kv.tables[r][: len(held) // 4]):
-                    if index.cached(b):
+                    if b in index._entry:
                         assert index._entry[b][2] == tuple(held[i * 4:(i + 1) * 4])
             seen.append(stats.step)
         result = serve(MODEL, requests, block_size=4, prefix_sharing=True, hash_fn=weak, on_step=check)
@@ -281,13 +283,16 @@ def test_a_decode_step_is_timed_on_either_layout():
         decode_step_seconds(MODEL, 0, 20)
 
 
-def test_the_requests_and_results_answer_to_their_other_names():
+def test_the_scheduler_is_serve_and_a_request_is_a_plain_frozen_record():
     from kvcache.serving import Scheduler
-    r = Request([1, 2], 3, eos=4, arrival_step=2)
+    r = Request([1, 2], 3, 4, 2)
     assert (r.eos_token_id, r.eos, r.arrival) == (4, 4, 2) and Request([1], 2, 7).eos == 7
-    with pytest.raises(ValueError, match="not two different"):
-        Request([1], 2, eos_token_id=3, eos=4)
-    result = Scheduler(MODEL, block_size=4, prefix_sharing=True).run([Request([1, 2, 3, 4, 5], 2),
-                                                                      Request([1, 2, 3, 4, 6], 2, arrival=3)])
-    assert result.hit_rate == result.prefix.hit_rate > 0 and result.prefill_tokens_saved == result.prefill_saved == 4
-    assert [s.preemptions for s in result.steps] == [s.preempted for s in result.steps]
+    assert dataclasses.replace(r, arrival=5) == Request([1, 2], 3, eos_token_id=4, arrival=5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.arrival = 3
+    requests = [Request([1, 2, 3, 4, 5], 2), Request([1, 2, 3, 4, 6], 2, arrival=3)]
+    result = Scheduler(MODEL, block_size=4, prefix_sharing=True).run(requests)
+    assert result.hit_rate == result.prefix.hit_rate > 0 and result.prefill_saved == 4
+    assert result.preemptions == sum(s.preempted for s in result.steps) == 0
+    again = serve(MODEL, requests, block_size=4, prefix_sharing=True)
+    assert again.outputs == result.outputs and again.prefill_per_request == result.prefill_per_request
