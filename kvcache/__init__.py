@@ -9,16 +9,21 @@ Modules, one concept each:
 
     config        ``ModelConfig``: the numbers of a Llama model, read from a ``config.json``
     checkpoint    reading a ``save_pretrained`` folder: its config and safetensors weights
+    gguf_file     reading a llama.cpp GGUF file: its config from the metadata, its tensors dequantized
+    models        the models installed with the course, by name (``smollm2-135m-instruct``)
+    tokenizer     the byte-level BPE tokenizer and chat template of a GGUF file or a folder
     model         ``Model`` (``from_hf``, ``load``, ``random``): prefill, decode, ``logits``
     linear        the one matrix product of every projection, y = x W^T
     norm          RMSNorm and the SwiGLU feed-forward block
     rope          rotary position embeddings
     gqa           grouped-query attention: a chunk of new tokens, and one decode step over a batch
+    validate      the checks at the engine's boundary: token ids, counts, EOS ids, indices
+    plan          ``StepPlan``: what one forward step writes and reads, decided once per step
     cache         the contiguous KV cache of a batch, one object per layer behind one interface
     cache_dtypes  how a cache row is stored: float64, float32, float16, int8 with a scale
     paged         the paged cache: ``BlockAllocator``, block tables, copy-on-write (``cache="paged"``)
     prefix        prefix sharing: full blocks named by their tokens and reused
-    serving       ``serve``: requests admitted, run as one batch, finished, preempted
+    serving       ``Scheduler`` and ``serve``: requests admitted, run as one batch, finished, preempted
     generate      ``greedy`` and ``beam_search``, as transformers defines them
     kernel        one attention kernel over a fixed buffer (``blocked_decode`` and its companions)
     cost          the FLOPs of a decode step, with the cache and without

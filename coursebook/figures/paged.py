@@ -31,7 +31,7 @@ class Snapshot:
 def snapshot(cache, label: str, names) -> Snapshot:
     """The bookkeeping of ``cache`` now; ``names`` labels its sequences, row by row."""
     alloc = cache.allocator
-    return Snapshot(label, tuple(names), tuple(tuple(t) for t in cache.block_tables()),
+    return Snapshot(label, tuple(names), tuple(tuple(t) for t in cache.block_tables),
                     tuple(int(n) for n in cache.lengths), tuple(alloc.refcount(b) for b in range(alloc.num_blocks)),
                     tuple(alloc.free_blocks()), cache.block_size)
 

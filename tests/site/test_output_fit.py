@@ -1,6 +1,6 @@
 """Outputs a reader can read: they fit the text column, and none is the repr of a course record.
 
-* ``widths.wide_outputs`` finds what does not fit the column (``test_site.test_page`` runs it on
+* ``widths.wide_outputs`` finds what does not fit the column (``test_every_page.test_page`` runs it on
   every page, before and after its controls are changed); here it is tried on a page made to
   hold one output of each kind it must find, and outputs that fit;
 * no output of a page prints a dataclass of the course as Python writes it
@@ -21,7 +21,7 @@ from functools import lru_cache
 import pytest
 
 from test_book_pages import _Outputs
-from test_site import ROOT, site_pages
+from test_every_page import ROOT, site_pages
 from widths import wide_outputs
 
 NOT_PACKAGES = {"tests"}
