@@ -25,38 +25,10 @@ from pathlib import Path
 import pytest
 
 from grader_helpers import GOOD, PYTHON, ROOT
-from test_grader_fallback import AS_USER
+from test_grader_fallback import ANSWER_FOLDERS, AS_USER
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                                 reason="needs root and unshare to open the interpreter to other users")
-
-ANCHOR = "uid = int(sys.argv[1])"
-# Folders named in $CLOSE_UP, made unreadable to every user but root in this mount namespace.
-CLOSE_UP = r"""
-import json
-def close_up(folder):
-    entries = {}
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        mode = os.lstat(path).st_mode
-        if stat.S_ISLNK(mode):
-            entries[name] = ("link", os.readlink(path))
-        elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
-            entries[name] = ("dir" if stat.S_ISDIR(mode) else "file", os.open(path, os.O_PATH))
-    _mount(libc, ctypes, "tmpfs", folder, "tmpfs", 0, "mode=0700")
-    for name, (kind, what) in entries.items():
-        path = os.path.join(folder, name)
-        if kind == "link":
-            os.symlink(what, path)
-            continue
-        os.mkdir(path) if kind == "dir" else open(path, "w").close()
-        _mount(libc, ctypes, f"/proc/self/fd/{what}", path, None, MS_BIND | MS_REC)
-
-for folder in json.loads(os.environ.get("CLOSE_UP", "[]")):
-    close_up(folder)
-"""
-assert ANCHOR in AS_USER
-AS_ROOT_CLOSING = AS_USER.replace(ANCHOR, CLOSE_UP + ANCHOR)
 
 CLI = "import sys; from graders.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -103,7 +75,7 @@ def _as_root(args: list[str], close: list[Path], path: str, env: dict | None = N
              cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """``python ARGS`` as root with the interpreter open to every user, ``close`` closed to them,
     ``PATH`` set to ``path`` (no bubblewrap, no util-linux there)."""
-    cmd = [shutil.which("unshare"), "--mount", PYTHON, "-c", AS_ROOT_CLOSING, "0", *args]
+    cmd = [shutil.which("unshare"), "--mount", PYTHON, "-c", AS_USER, "0", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300,
                           env={**os.environ, **(env or {}), "PATH": path, "PYTHONPATH": str(ROOT),
                                "CLOSE_UP": json.dumps([str(f) for f in close])})
@@ -153,7 +125,7 @@ def test_one_folder_left_readable_is_named(tmp_path):
 
 
 def test_with_the_folders_closed_the_attacks_get_nothing_and_an_answer_full_marks(tmp_path):
-    closed = [ROOT / "solutions", ROOT / "graders", ROOT / "ga2"]
+    closed = [ROOT / name for name in ANSWER_FOLDERS]
     for kind in sorted(ATTACKS):
         proc, result = _grade(tmp_path, _attack(kind, ROOT), closed)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -218,7 +190,7 @@ def _gradescope(package: Path, notebook_source: str | None, raw: bytes | None = 
         for tool in ("bash", "rm", "mkdir"):
             os.symlink(shutil.which(tool), tools / tool)
         env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOGRADER_")}
-        proc = subprocess.run([shutil.which("unshare"), "--mount", PYTHON, "-c", AS_ROOT_CLOSING, "0",
+        proc = subprocess.run([shutil.which("unshare"), "--mount", PYTHON, "-c", AS_USER, "0",
                                "-c", "import os, sys; os.execv(sys.argv[1], sys.argv[1:])",
                                str(root / "run_autograder")],
                               cwd=top, capture_output=True, text=True, timeout=300,
