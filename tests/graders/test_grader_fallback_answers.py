@@ -221,3 +221,17 @@ def test_run_autograder_closes_its_source_and_the_fallback_grades_there(package)
     result, _, log = _gradescope(package, None, raw=solution)
     assert result["score"] == sum(t["max_score"] for t in result["tests"]) > 0, log[-2000:]
     assert "unreadable to its user" in log
+
+
+def test_batch_refuses_the_class_and_check_exits_2_when_an_answer_is_readable(tmp_path):
+    """The checkout as it is: ``batch`` refuses the class before grading anyone (no gradebook),
+    ``check`` exits 2, each naming a folder another user can read."""
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "a.py").write_text(_attack("solutions", ROOT))
+    gradebook = tmp_path / "gb.csv"
+    for args in (["batch", str(tmp_path / "class"), "--exercise", "attend_step", "--out", str(gradebook)],
+                 ["check", str(tmp_path / "class" / "a.py"), "--exercise", "attend_step"]):
+        proc = _as_root(["-c", CLI, *args], [], "/nonexistent-bin")
+        assert proc.returncode == 2, (args[0], proc.stdout + proc.stderr[-2000:])
+        assert "chmod o-rwx" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    assert not gradebook.exists()
