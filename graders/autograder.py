@@ -18,6 +18,10 @@ student's files into ``/autograder/submission/`` (under the names the student ga
     ga2/ ...           the course packages that exercise's hidden tests import (their ``libs`` and
                        their imports): the GA-2 machine for attention_tail and mutants
 
+Before grading, ``run_autograder`` (as root, Gradescope's) makes ``source/`` unreadable to
+other users (``close_source``; the interpreter and its packages stay readable), so that the
+sandbox's weakest fallback, which shows the submission the machine's files, grades there.
+
 Grading one submission (``run``):
 
 1. the notebooks of ``submission/`` (any name, in sub-folders too; checkpoints and dot files
@@ -356,8 +360,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=os.environ.get("AUTOGRADER_ROOT", "/autograder"),
                         help="Gradescope's folder: submission/ is read, results/results.json written")
     args = parser.parse_args(argv)
+    close_source()
     run(Path(args.root))
     return 0
+
+
+def close_source() -> list[str]:
+    """Make this package's source folder (the grader, its references) unreadable to other
+    users before grading, so that the sandbox's weakest fallback (no bubblewrap, no util-linux:
+    the submission as a user of its own, with the machine's files in view) finds it closed and
+    grades.  Only a root grader in a built package (``exercise.json`` beside ``graders/``) does
+    it: the files are its own there.  The interpreter and the packages the sandbox needs stay
+    readable.  Returns what was closed."""
+    from .sandbox.commands import python_roots
+    from .sandbox.exposure import close_to_others, gradescope_source
+    source = gradescope_source()
+    if source is None or os.geteuid() != 0:
+        return []
+    try:
+        closed = close_to_others(source, python_roots())
+    except OSError as err:      # the sandbox's own check then says what is still readable
+        print(f"the source folder could not be closed to other users: {err}")
+        return []
+    return closed
 
 
 if __name__ == "__main__":

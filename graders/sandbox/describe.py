@@ -45,6 +45,12 @@ def describe(mode: str, why: str, held: dict) -> str:
         parts.append("the machine's files as any user sees them (it can read what its user can read)"
                      + ("; what its user left in /tmp, /dev/shm and the other shared folders removed "
                         "after each run" if held.get("own_user") else ""))
+        if held.get("answers_closed"):
+            parts.append("checked before grading: the course's answers (solutions/), the grader "
+                         "(graders/, its references included) and the ga2 package's folder are "
+                         "unreadable to its user")
+        else:
+            parts.append("the course's answers and the grader's references not checked closed to it")
     if mode == "bwrap":
         return "bubblewrap: " + "; ".join(parts)
     return f"subprocess fallback ({why}): " + "; ".join(parts)

@@ -17,7 +17,7 @@ SUBMISSION_SECONDS = 30.0     # a submission's time budget, likewise
 
 # What can hold in a run, in the order ``describe`` names them.
 PROTECTIONS = ("supervisor", "pid_namespace", "subreaper", "own_user", "seccomp", "cgroup", "no_network",
-               "file_view", "private_tmp")
+               "file_view", "private_tmp", "answers_closed")
 
 
 class SandboxUnavailable(RuntimeError):

@@ -55,13 +55,16 @@ class Isolation(ABC):
 
     def __init__(self, why: str):
         self.why = why
+        # the folders of answers and references found closed to the submission's user (the
+        # fallback without a file view checks them, ``exposure``); a file view hides them all
+        self.guarded: list[str] = []
 
     def planned(self, own_user: bool, cgroup: bool) -> dict:
         """What would hold in a run (``held`` says what did)."""
         return {"supervisor": True, "pid_namespace": self.contained, "subreaper": not self.contained,
                 "own_user": own_user, "seccomp": True, "cgroup": cgroup,
                 "no_network": self.contained or self.no_sockets, "file_view": self.contained,
-                "private_tmp": self.contained}
+                "private_tmp": self.contained, "answers_closed": self.contained or bool(self.guarded)}
 
     @abstractmethod
     def launch(self, job_dir: Path, limits: Limits, uid: int | None, libs: list[Path], report_fd: int,
@@ -96,7 +99,8 @@ class Isolation(ABC):
                 "cgroup": cgroup,
                 "no_network": pid1 or (self.no_sockets and confined.get("seccomp") == 2),
                 "file_view": self._file_view(start),
-                "private_tmp": self._file_view(start)}
+                "private_tmp": self._file_view(start),
+                "answers_closed": self._file_view(start) or (bool(self.guarded) and uid_held)}
 
     def _file_view(self, start: dict) -> bool:
         return bool(start.get("view"))

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from . import seccomp
-from .commands import (HARNESS, SUPERVISOR, bwrap_prefix, environment, python_roots, site_dirs,
+from .commands import (SUPERVISOR, bwrap_prefix, environment, python_roots, site_dirs,
                        supervisor_cmd, unshare_prefix, which)
 
 _probe_lock = threading.Lock()
@@ -84,10 +84,12 @@ def _try(cmd: list[str], cwd: str | None = None, fds=()) -> tuple[bool, str]:
 
 
 def world_usable() -> str | None:
-    """None when any user can run the interpreter and read the packages, the harness and the
-    supervisor (every folder on the way searchable by others, the files readable by others);
-    else the first path that stops them."""
-    paths = [os.path.realpath(sys.executable), str(HARNESS), str(SUPERVISOR)] + site_dirs()
+    """None when any user can run the interpreter and read the packages (every folder on the way
+    searchable by others, the files readable by others); else the first path that stops them.
+    The supervisor and the harness are not among them: the grader's user loads both before the
+    submission's user is taken, so ``graders/`` can be closed to other users
+    (``exposure``)."""
+    paths = [os.path.realpath(sys.executable)] + site_dirs()
     for path in paths:
         p = Path(path)
         for folder in [p] + list(p.parents):

@@ -6,7 +6,9 @@ user: when the grader is root, an unused user id of the run's own (``probes.unus
 every mode; where none can be had (the fallback without namespaces, and an interpreter that no
 other user can reach), or where the submission would run as the grading user with the machine's
 files in view (a user other than root without namespaces), it refuses (``SandboxUnavailable``)
-rather than run the submission as someone who owns something of the machine's.
+rather than run the submission as someone who owns something of the machine's.  The fallback
+without namespaces also refuses where that user could read the course's answers or the grader's
+references (``exposure``: checked for real, once per ``Sandbox``).
 
 ``Sandbox.run`` then: a seccomp program in an anonymous file, the mode's command, the harness's
 options, a cgroup around it all where the machine allows; the watch loop (``watch``); the mode's
@@ -19,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import probes, seccomp
+from . import exposure, probes, seccomp
 from .cgroups import Cgroup, cgroup_base
 from .commands import HARNESS, SUPERVISOR, bytecode, site_dirs
 from .describe import describe
@@ -56,6 +58,8 @@ class Sandbox:
         self.isolation: Isolation = (Bubblewrap(self.why) if ok else Namespaces(self.why) if self.namespaces
                                      else Subreaper(self.why))
         self.own_user = self._own_user(own_user)
+        if not self.isolation.contained and self.own_user:
+            self.isolation.guarded = self._answers_closed()
         self.use_cgroup = cgroup is not False
         for program in (SUPERVISOR, HARNESS):   # compiled once, not by every sandbox
             bytecode(program)
@@ -83,6 +87,26 @@ class Sandbox:
                 f"(uid {os.geteuid()}), who owns files of this machine, with the machine's files in view. "
                 "Install bubblewrap (make system-deps), or util-linux where user namespaces are allowed")
         return False
+
+    def _answers_closed(self) -> list[str]:
+        """The folders of answers and references (``exposure.guarded_folders``) checked closed to
+        the submission's user, once per sandbox: a child as a fresh unused user id tries to open
+        each.  Refuses, naming the folder and the remedy, when any is readable."""
+        folders = exposure.guarded_folders()
+        try:
+            found = exposure.readable_to(probes.unused_uid(), folders)
+        except (OSError, subprocess.SubprocessError) as err:
+            raise SandboxUnavailable(f"the subprocess fallback cannot grade here: {self.why}, and whether the "
+                                     f"submission's user could read the answers could not be checked ({err})")
+        for folder, hit in found.items():
+            if hit is not None:
+                raise SandboxUnavailable(
+                    f"the subprocess fallback cannot grade here: {self.why}, so the submission sees the "
+                    f"machine's files as any other user does, and another user can read {folder} "
+                    f"({hit} opened), which holds answers or the grader's references. Close it to other "
+                    f"users (chmod o-rwx {folder}), or install bubblewrap (make system-deps) or util-linux, "
+                    "whose sandboxes hide the checkout")
+        return list(found)
 
     def planned(self) -> dict:
         """What would hold in a run here (``Run.held`` says what did)."""

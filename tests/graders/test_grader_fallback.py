@@ -230,14 +230,17 @@ print(json.dumps(out))
 # Run as another user, who must reach this interpreter and this checkout: in a private mount
 # namespace, every folder on their paths that others cannot search (this machine's Python lives
 # under /root, which only root may search; a checkout cloned into a mktemp -d folder is itself of
-# mode 0700) is covered with a searchable tmpfs holding its entries bound back.
+# mode 0700) is covered with a searchable tmpfs holding its entries bound back.  The folders in
+# $CLOSE_UP are covered the other way: a tmpfs only root may enter.
 AS_USER = r"""
-import os, stat, sys
+import json, os, stat, sys
 from graders.supervisor import MS_BIND, MS_PRIVATE, MS_REC, _libc, _mount
 ctypes, libc = _libc()
 _mount(libc, ctypes, None, "/", None, MS_REC | MS_PRIVATE)
 
-def open_up(folder):
+def cover(folder, folder_mode):
+    # a tmpfs of that mode over the folder, its entries bound back: as they were to root, and
+    # reachable by other users (0755) or not (0700)
     entries = {}
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
@@ -246,7 +249,7 @@ def open_up(folder):
             entries[name] = ("link", os.readlink(path))
         elif stat.S_ISDIR(mode) or stat.S_ISREG(mode):
             entries[name] = ("dir" if stat.S_ISDIR(mode) else "file", os.open(path, os.O_PATH))
-    _mount(libc, ctypes, "tmpfs", folder, "tmpfs", 0, "mode=0755")
+    _mount(libc, ctypes, "tmpfs", folder, "tmpfs", 0, f"mode={folder_mode}")
     for name, (kind, what) in entries.items():
         path = os.path.join(folder, name)
         if kind == "link":
@@ -260,7 +263,11 @@ for target in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix,
     for k in range(2, len(parts) + 1):
         folder = "/".join(parts[:k])
         if not os.stat(folder).st_mode & 0o001:
-            open_up(folder)
+            cover(folder, "0755")
+# The checkout's answers and references, closed to other users as a grader must keep them
+# (``graders.sandbox.exposure``): only this namespace sees the change.
+for folder in json.loads(os.environ.get("CLOSE_UP", "[]")):
+    cover(folder, "0700")
 uid = int(sys.argv[1])
 if uid != 0:                        # 0: stay root, with this interpreter open to every user
     os.setgroups([])
@@ -270,16 +277,23 @@ os.execve(sys.executable, [sys.executable, *sys.argv[2:]], {**os.environ, "HOME"
 """
 
 
+#: The checkout's folders of answers and references (``graders.sandbox.exposure``).
+ANSWER_FOLDERS = ("solutions", "graders", "ga2")
+
+
 def _as_another_user(cases, path: str, uid: int | None = None, script: str = GRADE_SCRIPT,
                      check: bool = True) -> list[dict] | subprocess.CompletedProcess:
     """Grade ``cases`` (file, exercise, mark) as a user other than the one running the tests
     (``uid``; 0: root, with the interpreter opened to every user)."""
     cmd = [PYTHON, "-c", script, json.dumps(cases), str(HOSTILE)]
+    closed: list[str] = []
     if os.geteuid() == 0:
         uid = 700_000 + os.getpid() % 100_000 if uid is None else uid
         cmd = [shutil.which("unshare"), "--mount", PYTHON, "-c", AS_USER, str(uid)] + cmd[1:]
+        if uid == 0:        # the weakest fallback grades only with these closed to its user
+            closed = [str(ROOT / name) for name in ANSWER_FOLDERS]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PATH": path, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PATH": path, "PYTHONPATH": str(ROOT), "CLOSE_UP": json.dumps(closed)})
     if not check:
         return proc
     assert proc.returncode == 0, proc.stderr[-3000:]
