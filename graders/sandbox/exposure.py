@@ -9,6 +9,8 @@ expected answers.  The folders kept from it (``guarded_folders``):
 - ``graders/``, the whole package folder of the running grader (the hidden tests' references);
 - the ``ga2`` package folder the grader would import (``quant.py``, ``attn.py``, ``mutants.py``,
   ``rtl/``), wherever it is installed;
+- the checkout's engine and lessons (``kvcache/``, ``lessons/``): they implement the functions
+  the early exercises grade (``lessons.attention.softmax``, ``kvcache.paged.BlockAllocator``);
 - in a Gradescope package (``exercise.json`` beside ``graders/``), its whole source folder.
 
 ``readable_to(uid, folders)`` asks the kernel rather than the mode bits (ACLs and group
@@ -79,7 +81,8 @@ def _ga2_folder() -> Path | None:
 def guarded_folders() -> list[Path]:
     """The folders the submission's user must not read (see the module's docstring), those that
     exist, outermost only."""
-    candidates = [GRADERS.parent / "solutions", GRADERS, _ga2_folder(), gradescope_source()]
+    candidates = [GRADERS.parent / "solutions", GRADERS, _ga2_folder(), gradescope_source(),
+                  GRADERS.parent / "kvcache", GRADERS.parent / "lessons"]
     folders: list[Path] = []
     for folder in candidates:
         if folder is None or not folder.is_dir():

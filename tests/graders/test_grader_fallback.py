@@ -278,7 +278,7 @@ os.execve(sys.executable, [sys.executable, *sys.argv[2:]], {**os.environ, "HOME"
 
 
 #: The checkout's folders of answers and references (``graders.sandbox.exposure``).
-ANSWER_FOLDERS = ("solutions", "graders", "ga2")
+ANSWER_FOLDERS = ("solutions", "graders", "ga2", "kvcache", "lessons")
 
 
 def _as_another_user(cases, path: str, uid: int | None = None, script: str = GRADE_SCRIPT,
