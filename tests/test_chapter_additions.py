@@ -110,3 +110,87 @@ def test_ch10_softmax_typical_against_worst(ch10):
     ratio = float(g["ch10_sm_worst_over_median"])
     assert ratio == pytest.approx(float(COURSE_WORST_SOFTMAX) / float(g["ch10_sm_median"]), abs=0.06)
     assert ratio > 5
+
+
+# ---------------------------------------------------------------- chapter 4: the A10's sheet
+
+# the inference guide's A10 table (dense figures): FP32 31.2 TF, TF32 62.5, BF16 and FP16 125,
+# INT8 250 TOPS, INT4 500 TOPS, 24 GB GDDR6, 600 GB/s, 150 W; the T4 has 16 GB ("only 2 GB"
+# left beside a 7B model in fp16)
+A10_SHEET = {"FP32": 31.2, "TF32 tensor core": 62.5, "BF16 tensor core": 125, "FP16 tensor core": 125,
+             "INT8 tensor core": 250, "INT4 tensor core": 500}
+
+
+@pytest.fixture(scope="module")
+def ch4():
+    nb = execute(CHAPTERS / "04_memory_bound.ipynb")
+    return nb, glued(nb)
+
+
+def test_ch4_a10_sheet(ch4):
+    nb, g = ch4
+    roles_resolve(nb, g, "ch4_sheet_")
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith("a10_sheet = "))
+    shown = "".join(o.get("data", {}).get("text/html", "") + o.get("text", "") for o in cell.outputs)
+    for fmt, tflops in A10_SHEET.items():
+        assert fmt in shown and f"{tflops:.1f}" in shown, fmt
+    assert g["ch4_sheet_fp16_over_fp32"] == f"{125 / 31.2:.0f}" == "4"
+    assert g["ch4_sheet_fp32_opb"] == f"{31.2e12 / 600e9:.0f}" == "52"
+    assert g["ch4_sheet_int8_opb"] == f"{250e12 / 600e9:.1f}" == "416.7"
+    assert (g["ch4_sheet_tdp"], g["ch4_sheet_memory_gb"]) == ("150", "24")
+    assert (g["ch4_7b_fp16_gb"], g["ch4_7b_fp32_gb"]) == ("14", "28")
+    assert g["ch4_t4_spare_gb"] == "2"
+
+
+def test_ch4_latency_and_flashattention(ch4):
+    nb, g = ch4
+    text = markdown(nb)
+    assert "memory bandwidth, math\nbandwidth, and **latency**" in text
+    assert "FlashAttention paper (Dao et\nal., 2022)" in text
+    # one more operation per score: (4d + 4) N^2 over b (4N^2 + 4Nd), N = 4,096, d = 128, b = 2
+    N, d, b = 4096, 128, 2
+    assert g["ch4_ai_scaled"] == f"{(4 * d + 4) * N * N / (b * (4 * N * N + 4 * N * d)):.2f}"
+    assert float(g["ch4_ai_scaled"]) - float(g["ch4_ai"]) < 0.5
+
+
+# ---------------------------------------------------------------- chapter 6: waiting for a batch
+
+@pytest.fixture(scope="module")
+def ch6():
+    nb = execute(CHAPTERS / "06_paged_cache.ipynb")
+    return nb, glued(nb)
+
+
+def test_ch6_waiting_trades_first_token_for_fuller_steps(ch6):
+    nb, g = ch6
+    roles_resolve(nb, g, "ch6_wait_")
+    assert (g["ch6_wait_low_rate"], g["ch6_wait_high_rate"]) == (f"{1 / 8:.3f}", f"{1 / 2:.1f}")
+    # no window: every request is admitted, and makes its first token, in its arrival step
+    assert g["ch6_wait_ttft_0"] == "0.00"
+    # a window of 32 steps holds a request 16 steps on average (less: arrivals on a multiple wait 0)
+    for key in ("ch6_wait_low_ttft_32", "ch6_wait_high_ttft_32"):
+        assert 8 < float(g[key]) < 32, key
+    # 16 requests of 8 tokens: at most 16 tokens a step; the window fills the steps
+    assert 1 <= float(g["ch6_wait_low_fill_0"]) < float(g["ch6_wait_low_fill_32"]) <= 16
+    assert 1 <= float(g["ch6_wait_high_fill_0"]) < float(g["ch6_wait_high_fill_32"]) <= 16
+    assert float(g["ch6_wait_ms_32"]) > 0
+    assert g["ch6_wait_measured"].startswith("Measured on the machine that built this page")
+
+
+# ---------------------------------------------------------------- chapter 11: the bound
+
+@pytest.fixture(scope="module")
+def ch11():
+    nb = execute(CHAPTERS / "11_testing_the_tests.ipynb")
+    return nb, glued(nb)
+
+
+def test_ch11_bound_against_twice_the_worst(ch11):
+    nb, g = ch11
+    # the GA-2 notes: a 12% bound, "twice the worst error"; the correct builder's worst is 6.44%
+    assert g["ch11_worst_exact"] == "6.44%"
+    assert g["ch11_twice_worst"] == f"{2 * 6.44:.1f}%"
+    assert g["ch11_bound_percent"] == "12%"
+    assert f"{0.12 / 0.0644:.1f}" == "1.9" and round(g["ch11_bound_ratio"], 1) == 1.9
+    text = markdown(nb)
+    assert "one head of one\nlayer, with no normalisation and no feed-forward block" in text
