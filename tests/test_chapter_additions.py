@@ -194,3 +194,80 @@ def test_ch11_bound_against_twice_the_worst(ch11):
     assert f"{0.12 / 0.0644:.1f}" == "1.9" and round(g["ch11_bound_ratio"], 1) == 1.9
     text = markdown(nb)
     assert "one head of one\nlayer, with no normalisation and no feed-forward block" in text
+
+
+# ---------------------------------------------------------------- chapter 8: the nRepeats loops
+
+@pytest.fixture(scope="module")
+def ch8():
+    nb = execute(CHAPTERS / "08_one_kernel.ipynb")
+    return nb, glued(nb)
+
+
+def test_ch8_nrepeats_early_exit(ch8):
+    nb, g = ch8
+    roles_resolve(nb, g, "ch8_rep_")
+    # 1,025 rows in blocks of 256, 4 passes of 64: 5 blocks; the last holds 1 row, so 1 pass of it
+    # runs (63 of its rows masked) instead of 4 (255 masked)
+    assert (g["ch8_rep_whole"], g["ch8_rep_early"]) == (str(5 * 4), str(4 * 4 + 1))
+    assert (g["ch8_rep_masked"], g["ch8_rep_masked_whole"]) == ("63", "255")
+    assert g["ch8_rep_saved"] == f"{1 - 17 / 20:.0%}" == "15%"
+    assert "`nRepeats` passes" in markdown(nb)
+
+
+# ---------------------------------------------------------------- the appendix
+
+# the transformer paper: d_model 512, 8 heads, heads 64 wide, scores divided by sqrt(64) = 8
+# chapter 10's four-token example: keys (1, 0), (0, 1), (1, 1), (-1, 0), query (1, 0.5)
+FOUR_SCORES = [1.0, 0.5, 1.5, -1.0]
+
+
+@pytest.fixture(scope="module")
+def appx():
+    nb = execute(CHAPTERS / "appendix_transformer.ipynb")
+    return nb, glued(nb)
+
+
+def test_appx_heads_width_and_scaling(appx):
+    nb, g = appx
+    roles_resolve(nb, g, "appx_")
+    assert (g["appx_head_width"], g["appx_scale"]) == (str(512 // 8), str(int(math.sqrt(64))))
+    # random unit-variance vectors of 64: q.k spreads sqrt(64) = 8, scaled about 1
+    assert abs(float(g["appx_dot_spread"]) - 8) < 0.3
+    assert abs(float(g["appx_scaled_spread"]) - 1) < 0.04
+    text = markdown(nb)
+    assert '"it", puts most of its weight on "The animal"' in text
+    assert "encoder-decoder" in text and "decoder-only" in text
+
+
+def test_appx_current_token_gets_the_lowest_weight(appx):
+    _, g = appx
+    e = [math.exp(s / math.sqrt(2)) for s in FOUR_SCORES]
+    weights = [x / sum(e) for x in e]
+    assert g["appx_self_rank"] == "the lowest"
+    assert g["appx_self_weight"] == f"{weights[-1]:.3f}"
+    assert g["appx_top_weight"] == f"{max(weights):.3f}" and g["appx_top_token"] == "2"
+
+
+def test_appx_returns_several_hypotheses(appx):
+    _, g = appx
+    assert int(g["appx_n_hypotheses"]) >= 2
+    assert float(g["appx_second_logprob"]) <= float(g["appx_beam_logprob"])
+
+
+# ---------------------------------------------------------------- chapter 3: the whole batch
+
+@pytest.fixture(scope="module")
+def ch3():
+    nb = execute(CHAPTERS / "03_cache_memory.ipynb")
+    return nb, glued(nb)
+
+
+def test_ch3_whole_batch_formula(ch3):
+    nb, g = ch3
+    # the guide: d_model = d_head x n_heads = 4,096 for Llama 2 7B; 2 x 2 x 32 x 4,096 x 4,096 x 4
+    assert g["ch3_dmodel_7b"] == f"{128 * 32:,}" == "4,096"
+    assert g["ch3_whole_batch_bytes"] == f"{2 * 2 * 32 * 4096 * 4096 * 4:,}" == "8,589,934,592"
+    assert g["ch3_whole_batch_gib"] == "8 GiB"
+    assert g["ch3_dmodel_overcount"] == str(64 // 8)
+    assert r"\text{batch\_size}" in markdown(nb)
