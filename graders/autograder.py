@@ -64,8 +64,10 @@ TEST_KEYS = ("name", "score", "max_score", "status", "output", "visibility", "nu
 RESULT_KEYS = ("score", "execution_time", "output", "stdout_visibility", "tests", "extra_data")
 
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", "__MACOSX"}
-#: Modules of graders/ that make the learner's copy, not grades: left out of an autograder.
-NOT_GRADING = ("release.py", "answer_leaks.py")
+#: Modules of graders/ left out of an autograder: none today.  The learner's copy's tools
+#: (``release``, ``answer_leaks``) grade too: a sandbox's copy of ``ga2`` is the learner's, made
+#: by them.
+NOT_GRADING: tuple[str, ...] = ()
 #: A fixed time for every member of the zip: the same sources make the same bytes.
 ZIP_TIME = (2020, 1, 1, 0, 0, 0)
 #: Where Gradescope leaves a submission's files and reads the result, under the root.
@@ -135,8 +137,8 @@ def _python_files(folder: Path) -> list[Path]:
 
 def grader_files(exercise: str, root: Path) -> list[Path]:
     """The grader's files for ``exercise``: every module of ``graders/`` but the other exercises'
-    hidden tests (``graders/exercises/_*.py`` are helpers every exercise may use) and the tools
-    that make the learner's copy (``NOT_GRADING``)."""
+    hidden tests (``graders/exercises/_*.py`` are helpers every exercise may use), less
+    ``NOT_GRADING``."""
     exercises = root / "graders" / "exercises"
     if not (exercises / f"{exercise}.py").is_file():
         known = sorted(p.stem for p in exercises.glob("*.py") if not p.stem.startswith("_"))
