@@ -88,10 +88,8 @@ def test_no_two_test_files_share_a_name():
 def test_no_test_file_repeats_its_folder_s_name():
     """``tests/ga2/test_attn.py``, not ``tests/ga2/test_ga2_attn.py`` (a plural folder counts in
     the singular too: ``tests/lessons/test_lesson_x.py`` would repeat it)."""
-    # tests/graders is outside this rule: its files keep the names the grader's documents use
-    # (graders/README.md names them)
     repeating = [str(p.relative_to(ROOT)) for p in collected_test_files()
-                 if p.parent.name not in ("tests", "graders")
+                 if p.parent.name != "tests"
                  and p.stem.removeprefix("test_").startswith(p.parent.name.removesuffix("s"))]
     assert not repeating
 

@@ -1,8 +1,8 @@
 """The hostile corpus (tests/graders/hostile/): every attack scores zero on what it attacks, gets a
 clear status and message, and the grader carries on, in every isolation mode.
 
-Each test takes the ``isolation`` fixture: ``test_grader_hostile.py`` runs them all with
-bubblewrap, ``test_grader_hostile_fallback.py`` with the subprocess fallback (two files, so that
+Each test takes the ``isolation`` fixture: ``test_hostile.py`` runs them all with
+bubblewrap, ``test_hostile_fallback.py`` with the subprocess fallback (two files, so that
 ``--dist loadfile`` runs the two halves on two workers).  An attack that would be dangerous where
 a protection is missing (killing every process it may signal, deleting files, a fork bomb, the
 network) declares what it needs (``needs``), and is skipped, with the reason, on a machine whose

@@ -1,7 +1,7 @@
 """graders.answer_leaks: a definition of a graded function anywhere a learner reads it must be a
 starter.  The graded names come from the grader's registry, so a new exercise is covered the day
 it is registered; the built site and the release are scanned by tests/site and
-tests/graders/test_grader_release.py with the same function."""
+tests/graders/test_release.py with the same function."""
 from __future__ import annotations
 
 import json

@@ -15,7 +15,7 @@ import pytest
 
 from chapter_notebooks import execute, glued
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "book" / "chapters"
 GLUE_ROLE = re.compile(r"\{glue:(?:text|md)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
 

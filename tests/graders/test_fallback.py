@@ -421,7 +421,7 @@ def test_a_course_package_a_job_needs_is_importable_and_nothing_next_to_it(knobs
     subreaper where it cannot have a user of its own refuses: then that refusal is checked.)"""
     import public_checks
     from graders.sandbox import probes
-    from test_grader_sandbox import LIMITS
+    from test_sandbox import LIMITS
     if knobs and (os.geteuid() != 0 or probes.world_usable() is not None):
         with pytest.raises(SandboxUnavailable, match="cannot grade here"):
             Sandbox("subprocess", **knobs)

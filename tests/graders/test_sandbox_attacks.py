@@ -24,7 +24,7 @@ import pytest
 from graders.sandbox import seccomp
 
 from grader_helpers import needs_bwrap, processes_matching
-from test_grader_sandbox import probe
+from test_sandbox import probe
 
 MACHINE = platform.machine()
 
@@ -43,7 +43,7 @@ MODES = [pytest.param("bwrap", marks=needs_bwrap),
 SUBREAPER_SCRIPT = r"""
 import json, sys, threading, time
 sys.path.insert(0, "tests/graders")
-from test_grader_sandbox import probe
+from test_sandbox import probe
 sources, stagger = json.loads(sys.argv[1])
 out = [None] * len(sources)
 
@@ -69,7 +69,7 @@ def run_probes(mode: str, sources: list[str], stagger: float | None = None) -> l
     """Each of ``sources`` run as a probe in a sandbox of its own, one after the other, or
     overlapping (``stagger``: seconds between their starts).  [(value, held, swept files)]."""
     if mode == "subreaper":
-        from test_grader_fallback import _as_another_user
+        from test_fallback import _as_another_user
         results = _as_another_user([sources, stagger], "/nonexistent-bin", uid=0, script=SUBREAPER_SCRIPT)
         for _, held, _, isolation in results:
             assert isolation == "subprocess" and held["subreaper"] and not held["pid_namespace"]

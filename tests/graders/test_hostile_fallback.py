@@ -1,5 +1,5 @@
 """The hostile corpus graded with the subprocess fallback, as on a machine without bubblewrap
-(the tests: ``hostile_suite.py``; ``test_grader_fallback.py`` takes the fallback's other paths)."""
+(the tests: ``hostile_suite.py``; ``test_fallback.py`` takes the fallback's other paths)."""
 import pytest
 
 from hostile_suite import *  # noqa: F401,F403 - the suite's tests, collected here

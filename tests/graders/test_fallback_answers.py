@@ -3,7 +3,7 @@ own, the machine's files in view) never lets a submission read the course's answ
 grader's references.
 
 Each grader here is root, in a private mount namespace where its interpreter is open to every
-user (``test_grader_fallback.AS_USER``), with bubblewrap and util-linux off its ``PATH``.  The
+user (``test_fallback.AS_USER``), with bubblewrap and util-linux off its ``PATH``.  The
 attacks read ``solutions/attend_step.ipynb`` and import ``graders/exercises/attend_step.py``'s
 reference by absolute path.  On the checkout as it is (umask 022: readable by everyone) the
 grader refuses before anything runs; with those folders closed to other users (covered, in the
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from grader_helpers import GOOD, PYTHON, ROOT
-from test_grader_fallback import ANSWER_FOLDERS, AS_USER
+from test_fallback import ANSWER_FOLDERS, AS_USER
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                                 reason="needs root and unshare to open the interpreter to other users")

@@ -21,7 +21,7 @@ def test_every_solution_notebook_is_an_exercise_the_grader_knows():
     assert {p.stem for p in SOLUTIONS} - set(registry.names()) == set()
 
 
-# The mutants solution is graded once, by tests/graders/test_grader_mutants.py: it is part 2's
+# The mutants solution is graded once, by tests/graders/test_mutants_exercise.py: it is part 2's
 # careful check, whose full marks that file asserts along with how the other checks compare.
 GRADED_ELSEWHERE = {"mutants"}
 
@@ -30,7 +30,7 @@ def test_every_solution_is_graded_somewhere():
     here = {p.stem for p in SOLUTIONS} - GRADED_ELSEWHERE
     assert here | GRADED_ELSEWHERE == set(registry.names())
     assert "grade_file(ROOT / \"solutions\" / \"mutants.ipynb\"" in (ROOT / "tests" / "graders" /
-                                                                  "test_grader_mutants.py").read_text()
+                                                                  "test_mutants_exercise.py").read_text()
 
 
 @pytest.mark.parametrize("path", [p for p in SOLUTIONS if p.stem not in GRADED_ELSEWHERE], ids=lambda p: p.stem)
