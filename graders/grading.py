@@ -89,6 +89,11 @@ class UsageError(ValueError):
 
 Progress = Callable[[int, int], None]        # progress(tests done, tests to run)
 
+# A test whose answer went over what the grader reads of one test: a wrong answer (no correct one
+# comes near the budget), not a crash of the submission.
+TOO_LARGE = Problem("what it returned was larger than the grader reads for one test (no correct answer "
+                    "is anywhere near that size)", None)
+
 
 @dataclass
 class Session:
@@ -487,6 +492,8 @@ def _run_batch(sandbox: Sandbox, job: Job, cases: dict[str, Case], tests: list[T
         transcript = run.transcript
         outcomes.update({tid: Returned(_quiet(transcript.results[token]) if quiet else transcript.results[token])
                          for token, tid in tokens.items() if token in transcript.results})
+        outcomes.update({tid: TOO_LARGE for token, tid in tokens.items()
+                         if token in transcript.too_large and token not in transcript.results})
         if not transcript.import_ok:
             session.import_problem = _loading_problem(transcript.imported, run, extracted, limits, quiet)
             for tid in remaining:

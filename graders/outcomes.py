@@ -38,7 +38,7 @@ class Problem:
     """A test with no answer to judge: it timed out, the process died, or it was not run."""
 
     text: str
-    trouble: Trouble
+    trouble: Trouble | None        # None: a wrong answer, not a timeout or a crash
 
     @property
     def timed_out(self) -> bool:

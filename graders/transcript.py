@@ -87,6 +87,7 @@ class Transcript:
     hello: bool = False                      # the harness started (its first message)
     parsed: int = 0                          # lines parsed (at most MAX_MESSAGES)
     dropped: int = 0                         # lines or results over the budget: never parsed, or let go
+    too_large: set = field(default_factory=set)           # tests whose result went over the budget
     kept_bytes: int = 0                      # what the kept results weigh
     kept_tokens: int = 0
     _last: str | None = None                 # the test started last
@@ -109,6 +110,8 @@ class Transcript:
         tokens = weigh(line)
         if tokens > MESSAGE_TOKENS or len(line) > MAX_LINE:
             self.dropped += 1
+            if self.phase == "test" and self.running is not None:   # what the running test sent
+                self.too_large.add(self.running)
             return
         self.parsed += 1
         message = _decode(line)
@@ -151,7 +154,9 @@ class Transcript:
         max_bytes, max_tokens = self.budget
         if self.kept_bytes + size > max_bytes or self.kept_tokens + tokens > max_tokens:
             self.dropped += 1
+            self.too_large.add(tid)
             return
+        self.too_large.discard(tid)
         self.results[tid] = message
         self._weights[tid] = (size, tokens)
         self.kept_bytes += size

@@ -389,8 +389,10 @@ def test_requant_public_checks():
         return -128 if np.ndim(a) == 0 and a * m / 2 ** s <= -127.5 else _requant_right(a, m, s)
     low = _failures("requant", clamp_at_128)
     assert low and any("saturate at -128" in o.message for o in low)
+    # the product held in int32 (wrapped modulo 2^32), then requantized right: the hint names the
+    # overflow only for an answer that is exactly what that mistake gives
     wrapped = _failures("requant", lambda a, m, s: _requant_right(a, m, s) if np.ndim(a) == 0 else
-                        np.clip((np.asarray(a, dtype=np.int32) * np.int32(m)) >> s, -127, 127))
+                        _requant_right((np.asarray(a, dtype=np.int64) * m).astype(np.int32), 1, s))
     assert wrapped and any("an int32 product wraps around" in o.message for o in wrapped)
     floats = _failures("requant", lambda a, m, s: float(_requant_right(a, m, s)) if np.ndim(a) == 0 else
                        _requant_right(a, m, s))

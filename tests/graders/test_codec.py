@@ -131,6 +131,7 @@ def test_a_heavy_line_is_never_parsed(monkeypatch):
     heavy = b'{"t": "result", "id": "t01", "calls": [' + b"{}," * tr.MESSAGE_TOKENS + b"{}]}"
     t.feed(heavy)
     assert t.results == {} and t.dropped == 1 and t.parsed == 4
+    assert t.too_large == {"t01"}                    # the running test's answer: too large, not lost
 
 
 def test_the_results_kept_by_a_run_weigh_at_most_its_budget():
@@ -139,7 +140,7 @@ def test_the_results_kept_by_a_run_weigh_at_most_its_budget():
     for tid in ("t01", "t02", "t03"):
         t.feed(json.dumps({"t": "start", "id": tid}).encode())
         t.feed(json.dumps({"t": "result", "id": tid, "calls": [{"ok": True, "value": text}]}).encode())
-    assert sorted(t.results) == ["t01", "t02"] and t.dropped == 1
+    assert sorted(t.results) == ["t01", "t02"] and t.dropped == 1 and t.too_large == {"t03"}
     assert t.kept_bytes <= 3 * tr.KEPT_BYTES and t.kept_tokens <= 3 * tr.KEPT_TOKENS
     smaller = _started(("t01",))                     # a result sent again replaces the old one's weight
     smaller.feed(b'{"t": "start", "id": "t01"}')

@@ -71,8 +71,9 @@ def test_the_reorder_reference_agrees_with_the_engine():
         idx = rng.integers(0, B, size=int(rng.integers(1, B + 1)))
         kv = new_cache("contiguous", n_layers=n_layers, batch=B, kv_heads=G, head_dim=d, max_len=T,
                        dtype="float64", compute_dtype=np.float64)
+        plan = kv.reserve(np.full(B, T))
         for layer in kv:
-            layer.update(rng.standard_normal((B * T, G, d)), rng.standard_normal((B * T, G, d)), np.full(B, T))
+            layer.update(rng.standard_normal((B * T, G, d)), rng.standard_normal((B * T, G, d)), plan)
         cache = kv.as_dicts()
         kv.reorder(idx)
         for want, got, plain in zip(kv.as_dicts(), ex_rc.reference(cache, idx), reorder_cache(cache, idx)):

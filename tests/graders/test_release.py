@@ -42,7 +42,7 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
     assert not (out / "tools").exists() and not (out / "bench").exists() and not (out / "tests").exists()
     # public_checks and answers, then what the exercises, the chapters and the checks import: ga2
     # (the GA-2 exercises run its machine and builder), the engine and the chapters' helpers
-    assert "packages: public_checks, answers, coursebook, ga2, kvcache\n" in proc.stdout + "\n"
+    assert "packages: public_checks, answers, coursebook, ga2, kvcache, lessons\n" in proc.stdout + "\n"
     assert "lessons.attention: attend_step, causal_attention, softmax made starters" in proc.stdout
     # the machine the GA-2 exercises program, without what implements their answers
     assert (out / "ga2" / "machine.py").exists() and not (out / "ga2" / "rtl").exists()
