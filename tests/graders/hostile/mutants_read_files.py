@@ -15,9 +15,12 @@ def _found():
     places = [os.path.join(here, "attn.py"), os.path.join(here, "mutants.py"),
               "__CHECKOUT__/ga2/attn.py", "__CHECKOUT__/graders/exercises/mutants.py",
               "/sandbox/lib/ga2/attn.py", "/sandbox/in/lib/ga2/attn.py"]
+    # where a package folder would be, two levels down from every root and path entry (a
+    # recursive walk of site-packages per builder outlasts a test's time limit on a busy machine)
     for top in ["/sandbox", "/scratch", "/tmp", os.getcwd()] + list(sys.path):
-        places += glob.glob(os.path.join(top, "**", "attn.py"), recursive=True)[:20]
-        places += glob.glob(os.path.join(top, "**", "graders", "exercises", "*.py"), recursive=True)[:20]
+        for pattern in ("attn.py", "*/attn.py", "*/*/attn.py", "graders/exercises/*.py",
+                        "*/graders/exercises/*.py"):
+            places += glob.glob(os.path.join(top, pattern))[:20]
     for path in places:
         try:
             with open(path) as f:
