@@ -7,7 +7,15 @@ import ast
 import os
 
 import nbformat
+import importlib.util
+from pathlib import Path
+
 from nbclient import NotebookClient
+
+_spec = importlib.util.spec_from_file_location(
+    "sphinx_execution", Path(__file__).resolve().parents[2] / "tools" / "sphinx_execution.py")
+sphinx_execution = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sphinx_execution)
 
 
 def execute(path, extra_env=None):
@@ -18,7 +26,8 @@ def execute(path, extra_env=None):
     nb = nbformat.read(path, as_version=4)
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     env.update(extra_env or {})
-    NotebookClient(nb, timeout=600, kernel_name="python3",
+    NotebookClient(nb, timeout=600, kernel_name="python3", iopub_timeout=sphinx_execution.OUTPUT_WAIT,
+                   raise_on_iopub_timeout=True,
                    resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
     return nb
 
