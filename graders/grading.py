@@ -433,6 +433,15 @@ def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: lis
         _run_batch(sandbox, job, cases, unit.tests, limits, clock, extracted, part, quiet)
         return part
 
+    def settled(unit: _Unit) -> None:
+        """A unit none of whose tests need to run any more counts as done for the progress."""
+        nonlocal done
+        done += len(unit.tests)
+        if progress is not None:
+            progress(done, len(runnable))
+
+    if progress is not None:
+        progress(0, len(runnable))
     pending = list(units)
     with ThreadPoolExecutor(max_workers=parallel_runs()) as pool:
         running = {}
@@ -440,6 +449,7 @@ def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: lis
             while pending and len(running) < parallel_runs() and not stop_now():
                 unit = pending.pop(0)
                 if all(t.id in dropped for t in unit.tests):
+                    settled(unit)
                     continue
                 running[pool.submit(run, unit)] = unit
             if not running:

@@ -1,5 +1,6 @@
 """The command line: ``python -m graders grade|check|list``, exit statuses, the results.json."""
 import argparse
+import io
 import json
 import os
 import subprocess
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from graders import cli
+from graders import cli, registry
 
 from grader_helpers import GOOD, PYTHON, ROOT
 
@@ -305,3 +306,58 @@ def test_check_names_a_syntax_error_as_grade_does(tmp_path):
     graded = graders("grade", tmp_path / "softmax.ipynb", "--exercise", "softmax")
     assert checked.returncode == 1 and "syntax error at cell 2, line 2" in checked.stdout, checked.stdout
     assert "syntax error at cell 2, line 2" in graded.stdout
+
+
+class Terminal(io.StringIO):
+    """stderr as a terminal shows it: what was written, with carriage returns."""
+
+    def isatty(self):
+        return True
+
+
+def shown_lines(text: str) -> list[str]:
+    """The terminal's final lines: each carriage return starts the line over."""
+    return [line.rsplit("\r", 1)[-1].rstrip() for line in text.split("\n")]
+
+
+def test_grade_shows_a_progress_line_on_a_terminal_and_nowhere_else(tmp_path, monkeypatch, capsys):
+    sub = tmp_path / "kv_cache_bytes.py"
+    sub.write_text(GOOD["kv_cache_bytes"])
+    out = tmp_path / "r.json"
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["grade", str(sub), "--exercise", "kv_cache_bytes", "--json", str(out)]) == 0
+    n = len(registry.tests("kv_cache_bytes"))
+    written = terminal.getvalue()
+    updates = [part.split(" (")[0] for part in written.replace("\n", "").split("\r") if part.strip()]
+    assert updates[0] == f"kv_cache_bytes: 0 of {n} hidden tests done"
+    assert updates[-1] == f"kv_cache_bytes: {n} of {n} hidden tests done"
+    counts = [int(u.split(": ")[1].split(" of ")[0]) for u in updates]
+    assert counts == sorted(counts)                         # it only goes forward
+    assert written.endswith("\n") and shown_lines(written)[-1] == ""   # what follows starts a line
+    assert "hidden tests done" not in capsys.readouterr().out      # the feedback has none of it
+    assert "hidden tests done" not in out.read_text()               # nor the results JSON
+
+
+@pytest.mark.parametrize("terminal, flags", [(False, []), (True, ["--no-progress"])])
+def test_no_progress_line_off_a_terminal_or_when_asked(tmp_path, monkeypatch, capsys, terminal, flags):
+    sub = tmp_path / "kv_cache_bytes.py"
+    sub.write_text(GOOD["kv_cache_bytes"])
+    stream = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    assert cli.main(["grade", str(sub), "--exercise", "kv_cache_bytes", *flags]) == 0
+    assert stream.getvalue() == ""
+    assert "Score: 9 / 9" in capsys.readouterr().out
+
+
+def test_the_progress_line_rewrites_itself_whole():
+    terminal = Terminal()
+    line = cli.ProgressLine(terminal, "mutants")
+    line.update(10, 54)
+    line.update(9, 9)        # a shorter text blanks what the longer one left
+    line.finish()
+    line.finish()            # once
+    assert shown_lines(terminal.getvalue()) == ["mutants: 9 of 9 hidden tests done (0 s)", ""]
+    quiet = Terminal()
+    cli.ProgressLine(quiet).finish()                # nothing shown, nothing to end
+    assert quiet.getvalue() == ""

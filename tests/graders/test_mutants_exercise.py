@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graders import Limits, grade_file, grading, registry
+from graders import Limits, grade_bytes, grade_file, grading, registry
 from graders.batch import write_gradebook
 from graders.checks import CallResult, Fail
 from graders.exercises import mutants as ex
 from graders.grading import Verdict
-from graders.job import copy_package
+from graders.job import copy_package, prepared_copy
 from graders.harness import make_module
 from graders.registry import Lib
 from graders.sandbox import SUBMISSION_SECONDS, TEST_SECONDS
@@ -137,6 +137,34 @@ def test_the_copy_of_ga2_in_the_sandbox_has_no_builder(tmp_path):
     run = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(tmp_path), numpy_site],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0 and run.stdout.strip() == "no builder", run.stderr
+
+
+def test_each_run_gets_the_copy_compiled_and_its_interpreter_compiles_none_of_it(tmp_path):
+    """The copy a run's folder gets is the copy above (the same sources, nothing more but their
+    compiled forms), and the sandbox's interpreter (-B, a read-only folder) loads every module of
+    it from those compiled files instead of compiling the source again."""
+    lib = Lib("ga2", hide=ex.HIDDEN, parts=("requant",))
+    plain = copy_package(lib, tmp_path / "plain")
+    written = prepared_copy(lib).write(tmp_path / "run")
+    assert prepared_copy(lib) is prepared_copy(lib)                    # made once per process
+    sources = {p.relative_to(plain).as_posix(): p.read_bytes() for p in plain.rglob("*") if p.is_file()}
+    files = {p.relative_to(written).as_posix(): p.read_bytes() for p in written.rglob("*") if p.is_file()}
+    assert {k: v for k, v in files.items() if not k.startswith("__pycache__/")} == sources
+    assert {k for k in files if k.startswith("__pycache__/")} == {
+        f"__pycache__/{Path(k).stem}.{sys.implementation.cache_tag}.pyc" for k in sources}
+    numpy_site = str(Path(np.__file__).resolve().parent.parent)
+    code = "import sys; sys.path[:0] = sys.argv[1:]; import ga2, ga2.checks, ga2.machine"
+    run = subprocess.run([sys.executable, "-I", "-S", "-B", "-v", "-c", code, str(tmp_path / "run"), numpy_site],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    loaded = {Path(line.split("'")[1]).name for line in run.stderr.splitlines()
+              if line.startswith("# code object from") and str(written) in line}
+    assert loaded == {Path(k).name for k in files if k.startswith("__pycache__/")}
+    # a compiled file that does not match its source is not used: the source is
+    (written / "plan.py").write_text((written / "plan.py").read_text() + "EDITED = 1\n")
+    run = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", code + "; print(ga2.plan.EDITED)",
+                          str(tmp_path / "run"), numpy_site], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "1", run.stderr
 
 
 def test_the_fingerprint_covers_ga2_which_the_builders_come_from(tmp_path, monkeypatch):
@@ -383,12 +411,18 @@ def test_a_check_that_rejects_everything_scores_zero_and_is_stopped_early(monkey
     is rejected, no more mutants are run, and the other correct builders stop once the unchanged
     one is rejected."""
     monkeypatch.setattr(grading, "_chance", random.Random(3))
-    result = grade_text(REJECT_ALL, "mutants", limits=LIMITS)
+    seen = []
+    result = grade_bytes(textwrap.dedent(REJECT_ALL).encode(), "submission.py", "mutants", limits=LIMITS,
+                         progress=lambda done, total: seen.append((done, total)))
     valid, caught = part_2(result)
     assert valid["status"] == "failed" and caught["score"] == 0
     assert "your check rejects a correct builder" in valid["output"]
     assert f"- {ex.UNCHANGED}: rejected" in valid["output"]
     assert 2 <= len(result["runs"]) <= 1 + len(ex.WHEATS)      # part 1 and the first builders only
+    # the progress counts the tests no longer run as done: it reaches its total, and only goes forward
+    total = len(registry.tests("mutants"))
+    assert seen[0] == (0, total) and seen[-1] == (total, total)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
 @pytest.mark.parametrize("how", sorted(TEXT_FLAGGERS))
