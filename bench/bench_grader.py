@@ -24,7 +24,15 @@ Measured here, in one run (``python -m bench grader``, or ``make bench``):
    lines of ``{}`` on the results channel up to its cap (60 MB) at every call, and a 120 MB
    notebook of ``{}``; the goal is a few hundred MB at most per job.
 
-Set ``BENCH_GRADER_MEMORY=0`` to skip 6, ``BENCH_GRADER_N`` for a smaller batch (default 200) and ``BENCH_OTTER_N`` for the number of
+7. a ``mutants`` grade of the course's own answer (``solutions/mutants.ipynb``, 55 sandboxes: part 1
+   and a sandbox per builder), through ``python -m graders grade``: wall time and CPU time (the
+   grader and everything it started), the median of a few runs, against the target of 10 s of wall
+   time on 2 cores (met / NOT met), with the machine's load average beside it (the machine is
+   shared: a busy one stretches the wall time, not the CPU time); and the same grade by the grader
+   of the baseline revision (3 above), in alternating runs, for before and after.
+
+Set ``BENCH_GRADER_MUTANTS_N`` for the runs of 7 (default 3; 0 skips it), ``BENCH_GRADER_ONLY=mutants``
+to measure 7 alone, ``BENCH_GRADER_MEMORY=0`` to skip 6, ``BENCH_GRADER_N`` for a smaller batch (default 200) and ``BENCH_OTTER_N`` for the number of
 submissions otter grades (default 8; each takes seconds).
 """
 from __future__ import annotations
@@ -193,20 +201,25 @@ def _baseline_revision() -> tuple[str | None, str]:
     return rev, ""
 
 
+def _baseline_tree(rev: str) -> Path:
+    """The grader (``graders/``, ``public_checks/``) of revision ``rev``, extracted once."""
+    old = OUT / f"baseline-{rev}"
+    if not (old / "graders").is_dir():
+        shutil.rmtree(old, ignore_errors=True)
+        old.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "graders", "public_checks"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
+    return old
+
+
 def bench_before_after(path: Path, rounds: int = 4, repeat: int = 5) -> dict:
     """Median time to grade ``path``: the grader of the baseline revision and this one (bubblewrap
     and the fallback), ``rounds`` alternating rounds of ``repeat`` gradings each."""
     rev, why = _baseline_revision()
     trees = {"this grader": ROOT}
     if rev is not None:
-        old = OUT / f"baseline-{rev}"
-        if not (old / "graders").is_dir():
-            shutil.rmtree(old, ignore_errors=True)
-            old.mkdir(parents=True)
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "graders", "public_checks"],
-                                     capture_output=True, check=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
-        trees = {f"the grader at {rev}": old, **trees}
+        trees = {f"the grader at {rev}": _baseline_tree(rev), **trees}
     runs = [(label, tree, "auto") for label, tree in trees.items()] + [("this grader, fallback", ROOT, "subprocess")]
     times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
     for _ in range(rounds):
@@ -344,6 +357,82 @@ def bench_otter(paths: list[Path], log) -> dict:
     return {"median": statistics.median(times), "times": times, "scores": scores, "version": version}
 
 
+# ------------------------------------------------------------------------- a mutants grade
+
+MUTANTS_TARGET = 10.0          # seconds of wall time for a correct mutants grade on 2 cores
+
+
+def _cpu_of_children() -> float:
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def grade_mutants_once(tree: Path, path: Path) -> dict:
+    """One ``python -m graders grade`` of ``path`` as ``mutants`` by the grader in ``tree``: its wall
+    time, its CPU time (the grader's and its sandboxes': every process it started was waited for),
+    the score and the number of sandbox runs."""
+    out = Path(tempfile.mkdtemp(prefix="bench-mutants-")) / "result.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])}
+    try:
+        cpu, start = _cpu_of_children(), time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "graders", "grade", str(path), "--exercise", "mutants",
+                               "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=900)
+        wall, cpu = time.perf_counter() - start, _cpu_of_children() - cpu
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"the grade failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+        result = json.loads(out.read_text())
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)
+    return {"wall": wall, "cpu": cpu, "score": result["score"], "max_score": result["max_score"],
+            "runs": len(result.get("runs", [])), "isolation": result.get("isolation")}
+
+
+def bench_mutants(rounds: int, log) -> dict:
+    """``rounds`` alternating gradings of the solution by the baseline grader (when there is one)
+    and this one; the medians of each, and the load average around them."""
+    path = ROOT / "solutions" / "mutants.ipynb"
+    rev, why = _baseline_revision()
+    trees = {"this grader": ROOT}
+    if rev is not None:
+        trees = {f"the grader at {rev}": _baseline_tree(rev), **trees}
+    measured: dict[str, list[dict]] = {label: [] for label in trees}
+    loads = [os.getloadavg()[0]]
+    for k in range(rounds):
+        for label, tree in trees.items():
+            one = grade_mutants_once(tree, path)
+            measured[label].append(one)
+            loads.append(os.getloadavg()[0])
+            log(f"  run {k + 1} of {rounds}, {label}: {one['wall']:.1f} s wall, {one['cpu']:.1f} s CPU, "
+                f"{one['score']:g} / {one['max_score']:g}, {one['runs']} sandbox runs")
+    summary = {}
+    for label, runs in measured.items():
+        if any(r["score"] != r["max_score"] for r in runs):
+            raise AssertionError(f"{label}: the course's answer lost points: {[r['score'] for r in runs]}")
+        summary[label] = {"wall": statistics.median(r["wall"] for r in runs),
+                          "cpu": statistics.median(r["cpu"] for r in runs), "runs": runs[0]["runs"],
+                          "isolation": runs[0]["isolation"]}
+    return {"medians": summary, "why": why, "load": (min(loads), max(loads))}
+
+
+def report_mutants(rounds: int, log) -> None:
+    log(f"a mutants grade of solutions/mutants.ipynb through 'python -m graders grade' (median of {rounds}, "
+        f"alternating with the baseline grader; {os.cpu_count()} cores):")
+    measured = bench_mutants(rounds, log)
+    for label, m in measured["medians"].items():
+        log(f"  {label}: {m['wall']:.1f} s wall, {m['cpu']:.1f} s CPU ({m['runs']} sandbox runs, "
+            f"{m['cpu'] / max(1, m['runs']) * 1000:.0f} ms CPU per run, isolation {m['isolation']})")
+    if measured["why"]:
+        log(f"  no earlier grader measured: {measured['why']}")
+    ours = measured["medians"]["this grader"]
+    low, high = measured["load"]
+    log(f"  the machine's 1-minute load average during these runs: {low:.1f} to {high:.1f} "
+        f"(on {os.cpu_count()} cores; above about 1 the wall time includes waiting for a core)")
+    log(f"  target under {MUTANTS_TARGET:g} s wall on 2 cores: {'met' if ours['wall'] < MUTANTS_TARGET else 'NOT met'} "
+        f"({ours['wall']:.1f} s)")
+
+
 # ----------------------------------------------------------------------------------- main
 
 
@@ -439,6 +528,13 @@ def main() -> int:
     n_otter = int(os.environ.get("BENCH_OTTER_N", "8"))
     log = lambda text: print(text, flush=True)  # noqa: E731
     OUT.mkdir(parents=True, exist_ok=True)
+    mutants_rounds = int(os.environ.get("BENCH_GRADER_MUTANTS_N", "3"))
+    if mutants_rounds > 0:
+        report_mutants(mutants_rounds, log)
+    else:
+        log("a mutants grade: not measured (BENCH_GRADER_MUTANTS_N=0)")
+    if os.environ.get("BENCH_GRADER_ONLY", "") == "mutants":
+        return 0
     folder = OUT / "submissions"
     paths = make_submissions(folder, n)
     log(f"{n} distinct attend_step notebooks in {folder} (machine: {os.cpu_count()} cores)")
