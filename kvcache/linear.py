@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .half import half_linear
+
 __all__ = ["linear", "BLOCK_ROWS", "FEW_ROWS", "SMALL_PRODUCT"]
 
 BLOCK_ROWS = 4                  # up to this many rows, W in blocks of rows
@@ -26,6 +28,8 @@ SMALL_PRODUCT = 256 * 128 * 4   # multiply-adds of a block product (OpenBLAS tak
 
 def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x (N, in), w (out, in)  ->  x w^T (N, out)."""
+    if w.dtype.itemsize == 2:                          # float16 / bfloat16 weights: kvcache.half
+        return half_linear(x, w)
     N = len(x)
     if N > FEW_ROWS:
         return x @ w.T
