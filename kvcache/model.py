@@ -432,6 +432,19 @@ class Model:
         cache.crop(lengths)                                             # forget the padding
         return self._head(x[np.arange(len(prompts)) * T + lengths - 1])
 
+    def logits_through_cache(self, token_ids, cache_dtype=None) -> np.ndarray:
+        """The logits of every position of one sequence, (T,) -> (T, V), computed as one prefill
+        into a new cache of storage ``cache_dtype`` (default: the model's): attention reads the
+        keys and values as that format stores them, so the result shows what the format costs
+        (teacher forcing: every position predicts the next from the true tokens before it)."""
+        ids = self.check_tokens(token_ids)
+        if len(ids) == 0:
+            raise ValueError("token ids are empty: there is nothing to compute")
+        cache = self.new_cache(1, len(ids), dtype=cache_dtype)
+        counts = np.array([len(ids)], np.int64)
+        self._check_positions(cache.lengths, counts)
+        return self._head(self._hidden_cached(ids, cache.reserve(counts), cache))
+
     def decode(self, tokens, cache: KVCache) -> np.ndarray:
         """One new token per sequence: tokens (B,) -> logits (B, V)."""
         ids = self.check_tokens(tokens)
