@@ -12,6 +12,9 @@ another way, the same numbers come without that copy:
   spreads over its threads, is as fast;
 * up to ``FEW_ROWS`` rows: (W x^T)^T, which OpenBLAS takes faster than x W^T;
 * more rows: x W^T as written, where the copy is paid once for many rows.
+
+Weights stored at 2 bytes (float16, bfloat16) go to ``kvcache.half.half_linear``: widened to
+float32 a block at a time, accumulated in float32, the result rounded to their dtype.
 """
 from __future__ import annotations
 
