@@ -212,3 +212,23 @@ def test_cli_dtype_bfloat16_runs_and_reports_its_cache(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--random", "--dtype", "float8", "--prompt-ids", "1"])
     assert "invalid choice: 'float8'" in capsys.readouterr().err
+
+
+def test_greedy_and_beam_search_take_a_bfloat16_cache_in_either_layout():
+    from kvcache.generate import beam_search, greedy
+
+    model = Model.random(SMALL, seed=4)                        # float32 weights, bfloat16 cache
+    prompts = [[1, 2, 3, 4], [5, 6]]
+    contiguous = greedy(model, prompts, 6, cache_dtype="bfloat16")
+    assert contiguous == greedy(model, prompts, 6, cache="paged", cache_dtype="bfloat16", block_size=4)
+    assert [len(o) for o in contiguous] == [6, 6]
+    beams = beam_search(model, prompts[0], 3, 5, cache_dtype="bfloat16")
+    assert beams == beam_search(model, prompts[0], 3, 5, cache="paged", cache_dtype="bfloat16", block_size=4)
+    kv = model.new_cache(1, 8, dtype="bfloat16")
+    model.prefill([prompts[0]], kv)
+    layer = next(iter(kv))
+    assert layer.k.dtype == bfloat16                            # stored at 2 bytes
+    kv32 = model.new_cache(1, 8)
+    model.prefill([prompts[0]], kv32)
+    layer32 = next(iter(kv32))        # layer 0's keys do not depend on the cache: the same, rounded
+    np.testing.assert_array_equal(widen(layer.k[0, :, :4]), round_to(layer32.k[0, :, :4], bfloat16))
