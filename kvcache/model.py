@@ -277,6 +277,21 @@ class Model:
         cfg = ModelConfig.from_dict(config)
         return cls.from_hf(random_state_dict(cfg, seed), cfg, dtype)
 
+    def astype(self, dtype) -> "Model":
+        """The same model with its weights at ``dtype``: each value rounded to it, as loading the
+        same checkpoint at ``dtype`` would store it (2-byte models keep float32 norm gains)."""
+        dt = _dtype(dtype)
+
+        def cast(name, a):
+            return _stored(name, a, dt)
+
+        layers = [LayerWeights(**{f: cast(("norm.weight" if f.endswith("norm") else f), getattr(w, f))
+                                  for f in ("attn_norm", "wqkv", "wo", "mlp_norm", "w_gate_up", "w_down")})
+                  for w in self.layers]
+        embed = cast("embed", self.embed)
+        head = embed if self.lm_head is self.embed else cast("lm_head", self.lm_head)
+        return type(self)(self.config, embed, layers, cast("norm.weight", self.norm), head)
+
     # ------------------------------------------------------------------ one layer, either attention
 
     def _layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,

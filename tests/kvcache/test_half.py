@@ -232,3 +232,18 @@ def test_greedy_and_beam_search_take_a_bfloat16_cache_in_either_layout():
     model.prefill([prompts[0]], kv32)
     layer32 = next(iter(kv32))        # layer 0's keys do not depend on the cache: the same, rounded
     np.testing.assert_array_equal(widen(layer.k[0, :, :4]), round_to(layer32.k[0, :, :4], bfloat16))
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_astype_is_loading_at_that_dtype(name, tmp_path):
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, tied=True)
+    converted = Model.load(path).astype(name)
+    loaded = Model.load(path, dtype=name)
+    assert converted.lm_head is converted.embed                     # still tied: one table
+    for a, b in [(converted.embed, loaded.embed), (converted.norm, loaded.norm)] + [
+            (getattr(x, f), getattr(y, f)) for x, y in zip(converted.layers, loaded.layers)
+            for f in ("attn_norm", "wqkv", "wo", "mlp_norm", "w_gate_up", "w_down")]:
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+    np.testing.assert_array_equal(converted.logits([1, 2, 3]), loaded.logits([1, 2, 3]))
