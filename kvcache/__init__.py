@@ -14,13 +14,14 @@ Modules, one concept each:
     tokenizer     the byte-level BPE tokenizer and chat template of a GGUF file or a folder
     model         ``Model`` (``from_hf``, ``load``, ``random``): prefill, decode, ``logits``
     linear        the one matrix product of every projection, y = x W^T
+    half          float16 and bfloat16: 2-byte storage, exact widening, the product over 2-byte weights
     norm          RMSNorm and the SwiGLU feed-forward block
     rope          rotary position embeddings
     gqa           grouped-query attention: a chunk of new tokens, and one decode step over a batch
     validate      the checks at the engine's boundary: token ids, counts, EOS ids, indices
     plan          ``StepPlan``: what one forward step writes and reads, decided once per step
     cache         the contiguous KV cache of a batch, one object per layer behind one interface
-    cache_dtypes  how a cache row is stored: float64, float32, float16, int8 with a scale
+    cache_dtypes  how a cache row is stored: float64, float32, float16, bfloat16, int8 with a scale
     paged         the paged cache: ``BlockAllocator``, block tables, copy-on-write (``cache="paged"``)
     prefix        prefix sharing: full blocks named by their tokens and reused
     serving       ``Scheduler`` and ``serve``: requests admitted, run as one batch, finished, preempted

@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--cache", default="contiguous", choices=sorted(CACHE_KINDS), help="cache layout")
     gen.add_argument("--cache-dtype", default=None, choices=sorted(CACHE_DTYPES),
                      help="cache storage (default: the model's dtype)")
-    gen.add_argument("--dtype", default="float32", choices=("float32", "float64"), help="model dtype")
+    gen.add_argument("--dtype", default="float32", choices=("float32", "float64", "float16", "bfloat16"),
+                     help="model dtype: float16 and bfloat16 store the weights at 2 bytes a value")
     gen.add_argument("--json", action="store_true", help="print one JSON object")
     sizes = gen.add_argument_group("random model sizes (with --random)")
     sizes.add_argument("--seed", type=int, default=0)

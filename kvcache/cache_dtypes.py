@@ -1,10 +1,12 @@
-"""How the cache stores a key or value row: float64, float32, float16, or int8 with a scale per row.
+"""How the cache stores a key or value row: float64, float32, float16, bfloat16, or int8 with a scale per row.
 
 A "row" is the d numbers of one head at one position: the unit the cache writes at every step.
 
 * float32, float64: stored as computed.
 * float16 (the mixed precision of serving engines): 2 bytes a value.  Rounding to the nearest
   float16 has a relative error of at most 2**-11 (about 4.9e-4) for |x| between 2**-14 and 65504.
+* bfloat16 (``ml_dtypes``; float32's top 16 bits): 2 bytes a value, float32's range, a relative
+  error of at most 2**-8 (about 3.9e-3).
 * int8 with a scale per row: 1 byte a value plus one float32 scale for the d values of the row::
 
       s = max_i |x_i| / 127,    q_i = round(x_i / s)  in [-127, 127],    x_i ~ s q_i
@@ -13,14 +15,17 @@ A "row" is the d numbers of one head at one position: the unit the cache writes 
   to each entry.  A row of zeros gets s = 0 and decodes to zeros.
 
 The cache decodes to the model's compute dtype before attending (numpy has no fast float16 or int8
-matrix product), so only the storage shrinks; the error each format costs is measured in
-``bench_engine`` and bounded in the tests.
+matrix product), so only the storage shrinks; a bfloat16 row widens by a shift of its bits
+(``kvcache.half.widen``).  The error each format costs is measured in ``bench_engine`` and
+bounded in the tests, and on the real model in ``lessons.precision``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from .half import bfloat16, widen
 
 __all__ = ["CacheDtype", "CACHE_DTYPES", "cache_dtype", "quantize_rows", "dequantize_rows"]
 
@@ -64,6 +69,8 @@ class CacheDtype:
         """Stored rows back to ``dtype`` (a view, with no copy, when nothing needs converting)."""
         if self.scaled:
             return dequantize_rows(data, scale, dtype)
+        if data.dtype == bfloat16 and np.dtype(dtype) == np.float32:
+            return widen(data)
         return data.astype(dtype, copy=False)
 
 
@@ -71,12 +78,14 @@ CACHE_DTYPES = {
     "float64": CacheDtype("float64", np.dtype(np.float64)),
     "float32": CacheDtype("float32", np.dtype(np.float32)),
     "float16": CacheDtype("float16", np.dtype(np.float16)),
+    "bfloat16": CacheDtype("bfloat16", bfloat16),
     "int8": CacheDtype("int8", np.dtype(np.int8), scaled=True),
 }
 
 
 def cache_dtype(name) -> CacheDtype:
-    """The format called ``name`` ("float64", "float32", "float16", "int8"; numpy dtypes accepted)."""
+    """The format called ``name`` ("float64", "float32", "float16", "bfloat16", "int8"; numpy dtypes
+    accepted)."""
     if isinstance(name, CacheDtype):
         return name
     if isinstance(name, str):

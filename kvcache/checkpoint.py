@@ -6,7 +6,9 @@
     folder/tokenizer.json                   (optional) the tokenizer, for text in and out
 
 Tensors are read with the ``safetensors`` package's numpy API.  numpy has no bfloat16, the format
-many checkpoints ship in; such a tensor is read as its raw 16-bit words and widened to float32
+many checkpoints ship in, and safetensors' numpy API refuses it; such a tensor is read as its raw
+16-bit words from the file and viewed as ``ml_dtypes``' bfloat16 (``kvcache.half``): the same bits,
+2 bytes a value, no float32 copy.  The model then keeps them (a bfloat16 model) or widens them
 exactly (a bfloat16 is the top half of a float32).
 """
 from __future__ import annotations
@@ -16,6 +18,8 @@ import struct
 from pathlib import Path
 
 import numpy as np
+
+from .half import bfloat16
 
 __all__ = ["CheckpointError", "read_config", "read_state_dict", "read_tensors"]
 
@@ -44,7 +48,8 @@ def read_config(folder) -> dict:
 
 
 def _bfloat16_tensor(path: Path, name: str) -> np.ndarray:
-    """A BF16 tensor of a safetensors file as float32, from the file's header and raw bytes.
+    """A BF16 tensor of a safetensors file as a bfloat16 array of its bits, from the file's
+    header and raw bytes.
 
     The format: 8 bytes (little-endian length n), n bytes of JSON header mapping each name to
     {"dtype", "shape", "data_offsets": [begin, end]}, offsets counted from the end of the header.
@@ -54,8 +59,8 @@ def _bfloat16_tensor(path: Path, name: str) -> np.ndarray:
         entry = json.loads(f.read(n))[name]
         begin, end = entry["data_offsets"]
         f.seek(8 + n + begin)
-        words = np.frombuffer(f.read(end - begin), dtype="<u2")
-    return (words.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+        words = np.fromfile(f, dtype="<u2", count=(end - begin) // 2)   # read straight into the array
+    return words.view(bfloat16).reshape(entry["shape"])
 
 
 def read_tensors(path, names=None) -> dict[str, np.ndarray]:

@@ -14,7 +14,8 @@ shape is (ne1, ne0): transformers' (out, in) orientation already.  Quantized typ
 of 32 numbers (Q8_0: a float16 scale and 32 int8; Q4_0: a scale and 32 4-bit codes; Q4_1: a
 scale, a minimum and 32 4-bit codes); ``gguf.quants.dequantize`` turns every type read here
 (``SUPPORTED_TYPES``) into float32, and the weights are then cast to the model's dtype once, at
-load time.
+load time, one tensor at a time.  A tensor stored in the model's own 2-byte dtype (F16 for a
+float16 model, BF16 for a bfloat16 one) is copied bit for bit, never through float32.
 
 llama.cpp's converter permutes the rows of the query and key projections: transformers rotates
 the two halves of a head (dimension i with i + d/2), llama.cpp rotates neighbouring pairs
@@ -26,6 +27,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
+from .half import bfloat16
 
 __all__ = ["GGUFError", "SUPPORTED_TYPES", "is_gguf", "open_gguf", "metadata", "read_config",
            "read_state_dict", "read_model", "unpermute_rotary_rows"]
@@ -196,6 +199,17 @@ def _dequantize(tensor) -> np.ndarray:
     return np.asarray(values, dtype=np.float32).reshape(shape)
 
 
+def _tensor_as(tensor, dtype: np.dtype) -> np.ndarray:
+    """One tensor at ``dtype``, in numpy's shape: its own bits, copied out of the mapped file,
+    when it is stored at that 2-byte dtype (F16 as float16, BF16 as bfloat16); otherwise
+    dequantized to float32 and rounded to ``dtype``."""
+    own = {"F16": np.dtype(np.float16), "BF16": bfloat16}.get(tensor.tensor_type.name)
+    if own is None or own != dtype:
+        return _dequantize(tensor).astype(dtype, copy=False)
+    shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
+    return np.asarray(tensor.data).view(np.uint16).view(own).reshape(shape).copy()
+
+
 def read_state_dict(source, config: dict | None = None, dtype=np.float32) -> dict[str, np.ndarray]:
     """Every tensor of the file under transformers' names, dequantized, as ``dtype``.
 
@@ -205,6 +219,7 @@ def read_state_dict(source, config: dict | None = None, dtype=np.float32) -> dic
     """
     reader = _reader(source)
     config = read_config(reader) if config is None else config
+    dtype = np.dtype(dtype)
     bad_types = [f"{t.name} ({t.tensor_type.name})" for t in reader.tensors
                  if t.tensor_type.name not in SUPPORTED_TYPES]
     if bad_types:
@@ -218,11 +233,11 @@ def read_state_dict(source, config: dict | None = None, dtype=np.float32) -> dic
     state = {}
     for tensor in reader.tensors:
         name = _transformers_name(tensor.name)
-        values = _dequantize(tensor)
+        values = _tensor_as(tensor, dtype)
         for suffix, n in heads.items():
             if name.endswith(suffix):
                 values = unpermute_rotary_rows(values, n)
-        state[name] = values.astype(dtype, copy=False)
+        state[name] = values
     return state
 
 

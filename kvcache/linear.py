@@ -12,10 +12,15 @@ another way, the same numbers come without that copy:
   spreads over its threads, is as fast;
 * up to ``FEW_ROWS`` rows: (W x^T)^T, which OpenBLAS takes faster than x W^T;
 * more rows: x W^T as written, where the copy is paid once for many rows.
+
+Weights stored at 2 bytes (float16, bfloat16) go to ``kvcache.half.half_linear``: widened to
+float32 a block at a time, accumulated in float32, the result rounded to their dtype.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from .half import half_linear
 
 __all__ = ["linear", "BLOCK_ROWS", "FEW_ROWS", "SMALL_PRODUCT"]
 
@@ -26,6 +31,8 @@ SMALL_PRODUCT = 256 * 128 * 4   # multiply-adds of a block product (OpenBLAS tak
 
 def linear(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x (N, in), w (out, in)  ->  x w^T (N, out)."""
+    if w.dtype.itemsize == 2:                          # float16 / bfloat16 weights: kvcache.half
+        return half_linear(x, w)
     N = len(x)
     if N > FEW_ROWS:
         return x @ w.T

@@ -25,6 +25,20 @@ Two ways to run it:
 Weights keep transformers' orientation, (out, in), and products are x W^T (``kvcache.linear``).
 The query, key and value projections are stacked into one (H d + 2 G d, D) matrix and gate/up
 into one (2F, D): one matrix product each instead of three and two.
+
+Dtypes (``MODEL_DTYPES``): float64 for exact comparisons, float32 for speed, and float16 or
+bfloat16 (``kvcache.half``), whose weight matrices and embeddings are stored at 2 bytes a value
+and computed as transformers computes a model loaded with ``torch_dtype=bfloat16`` on CPU, with
+these differences:
+
+* every product (q/k/v, o, gate/up, down, the output layer) accumulates in float32 and its result
+  is rounded to the 2-byte dtype, as transformers' is (``kvcache.half.half_linear``);
+* RMSNorm and softmax compute in float32 (transformers too); the norm gains are kept as float32
+  copies of their 2-byte values (exact), and the norm's output is not rounded again;
+* the residual stream, the rotated queries and keys and silu(gate) * up stay float32 between
+  the products, where transformers rounds each to 2 bytes: the engine rounds less often;
+* the cache stores keys and values in its own format (default: the model's dtype), rounded when
+  written; attention reads them widened to float32.
 """
 from __future__ import annotations
 
@@ -38,6 +52,7 @@ from .cache import KVCache, LayerCache, new_cache
 from .checkpoint import read_config, read_state_dict
 from .config import ModelConfig
 from .gqa import causal_attention
+from .half import HALF_DTYPES, is_half, round_to
 from .linear import linear
 from .norm import rms_norm, swiglu
 from .plan import StepPlan
@@ -46,7 +61,7 @@ from .rope import apply_rope, rope_cos_sin
 __all__ = ["Model", "LayerWeights", "StateDictError", "hf_parameter_shapes", "random_state_dict",
            "MODEL_DTYPES"]
 
-MODEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+MODEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64), *HALF_DTYPES.values())
 
 
 class StateDictError(ValueError):
@@ -114,13 +129,23 @@ def _to_numpy(value):
 
 
 def _dtype(dtype) -> np.dtype:
+    """The model dtype called ``dtype`` (a name or a numpy dtype), or a ValueError naming it."""
     try:
-        dt = np.dtype(dtype)
+        dt = None if dtype is None else np.dtype(dtype)
     except TypeError:
         dt = None
     if dt is None or dt not in MODEL_DTYPES:        # (np.dtype(None) is float64: test None first)
-        raise ValueError(f"model dtype must be float32 or float64, got {dtype!r}")
+        raise ValueError(f"model dtype must be float32, float64, float16 or bfloat16, got {dtype!r}")
     return dt
+
+
+def _stored(name: str, arr: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """One checked tensor as the model keeps it: at ``dt``, except that a 2-byte model keeps its
+    norm gains (D,) as float32 holding the 2-byte values.  An array already at ``dt`` is kept
+    as it is (no copy: a bfloat16 checkpoint loaded in bfloat16 keeps its bits)."""
+    if is_half(dt) and name.endswith("norm.weight"):
+        return round_to(np.asarray(arr, np.float32), dt)
+    return arr.astype(dt, copy=False)
 
 
 @dataclass
@@ -151,7 +176,7 @@ def _checked_arrays(state_dict, cfg: ModelConfig, dt: np.dtype) -> dict[str, np.
             if problem:
                 problems.append(problem)
             else:
-                arrays[name] = arr.astype(dt)
+                arrays[name] = _stored(name, arr, dt)
     if tied_head is not None and "model.embed_tokens.weight" in arrays:
         head = _to_numpy(tied_head)
         if head.shape != expected["model.embed_tokens.weight"] or \
@@ -171,7 +196,8 @@ def _checked_array(name: str, value, shape: tuple) -> tuple[np.ndarray | None, s
         return None, f"{name} is not an array ({err})"
     if arr.shape != shape:
         return None, f"{name} has shape {arr.shape}, expected {shape}"
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+            or is_half(arr.dtype)):                   # (ml_dtypes' bfloat16 is not np.floating)
         return None, f"{name} holds {arr.dtype}, not numbers"
     if not np.all(np.isfinite(arr)):
         return None, f"{name} holds non-finite values"
@@ -192,7 +218,8 @@ def _layer_weights(arrays: dict[str, np.ndarray], prefix: str) -> LayerWeights:
 
 
 class Model:
-    """A Llama model with numpy weights of one dtype (float32 for speed, float64 for exactness)."""
+    """A Llama model with numpy weights of one dtype (float32 for speed, float64 for exactness,
+    float16 or bfloat16 for half the bytes: see the module doc)."""
 
     def __init__(self, config: ModelConfig, embed: np.ndarray, layers: list[LayerWeights],
                  norm: np.ndarray, lm_head: np.ndarray):
@@ -201,9 +228,11 @@ class Model:
         self.layers = layers
         self.norm = norm              # (D,)
         self.lm_head = lm_head        # (V, D): the embedding table itself when tied
-        self.dtype = embed.dtype
+        self.dtype = embed.dtype      # the weights' storage dtype
+        # the activations' dtype: float32 for a 2-byte model (kvcache.half), else the weights'
+        self.compute_dtype = np.dtype(np.float32) if is_half(self.dtype) else self.dtype
         half = config.head_dim // 2
-        self._cos = self._sin = np.empty((0, half), self.dtype)     # (positions, d/2): see _rope
+        self._cos = self._sin = np.empty((0, half), self.compute_dtype)   # (positions, d/2): see _rope
 
     # ------------------------------------------------------------------ building
 
@@ -248,6 +277,21 @@ class Model:
         cfg = ModelConfig.from_dict(config)
         return cls.from_hf(random_state_dict(cfg, seed), cfg, dtype)
 
+    def astype(self, dtype) -> "Model":
+        """The same model with its weights at ``dtype``: each value rounded to it, as loading the
+        same checkpoint at ``dtype`` would store it (2-byte models keep float32 norm gains)."""
+        dt = _dtype(dtype)
+
+        def cast(name, a):
+            return _stored(name, a, dt)
+
+        layers = [LayerWeights(**{f: cast(("norm.weight" if f.endswith("norm") else f), getattr(w, f))
+                                  for f in ("attn_norm", "wqkv", "wo", "mlp_norm", "w_gate_up", "w_down")})
+                  for w in self.layers]
+        embed = cast("embed", self.embed)
+        head = embed if self.lm_head is self.embed else cast("lm_head", self.lm_head)
+        return type(self)(self.config, embed, layers, cast("norm.weight", self.norm), head)
+
     # ------------------------------------------------------------------ one layer, either attention
 
     def _layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
@@ -271,6 +315,10 @@ class Model:
         x = x + linear(o.reshape(N, cfg.q_width), w.wo)
         return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
 
+    def _embed(self, ids: np.ndarray) -> np.ndarray:
+        """The embedding rows of ids (N,) in the compute dtype: (N, D) (exact for 2-byte rows)."""
+        return self.embed[ids].astype(self.compute_dtype, copy=False)
+
     def _head(self, x):
         """Final norm and output layer: (n, D) -> (n, V)."""
         return linear(rms_norm(x, self.norm, self.config.rms_norm_eps), self.lm_head)
@@ -285,7 +333,7 @@ class Model:
         if top > len(self._cos):
             n = min(max(top, 2 * len(self._cos), 1024), self.config.max_position_embeddings)
             self._cos, self._sin = rope_cos_sin(np.arange(n), self.config.head_dim, self.config.rope_theta,
-                                                self.dtype)
+                                                self.compute_dtype)
         return self._cos[positions], self._sin[positions]
 
     # ------------------------------------------------------------------ no cache: the reference
@@ -302,7 +350,7 @@ class Model:
         if T > self.config.max_position_embeddings:
             raise ValueError(f"{T} tokens exceed max_position_embeddings ({self.config.max_position_embeddings})")
         cos, sin = self._rope(np.arange(T))
-        x = self.embed[ids]                                             # (T, D)
+        x = self._embed(ids)                                            # (T, D)
         for w in self.layers:
             x = self._layer(x, w, cos, sin)
         return x
@@ -328,7 +376,7 @@ class Model:
                              f"({cfg.max_position_embeddings}), got {max_len!r}")
         return new_cache(kind, n_layers=cfg.num_hidden_layers, batch=batch,
                          kv_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, max_len=int(max_len),
-                         dtype=self.dtype.name if dtype is None else dtype, compute_dtype=self.dtype,
+                         dtype=self.dtype.name if dtype is None else dtype, compute_dtype=self.compute_dtype,
                          capacity=capacity, **options)
 
     def forward(self, tokens, counts, cache: KVCache) -> np.ndarray:
@@ -364,7 +412,7 @@ class Model:
     def _hidden_cached(self, ids: np.ndarray, plan: StepPlan, cache: KVCache) -> np.ndarray:
         """The final hidden states (N, D) of the step's tokens, writing their keys and values."""
         cos, sin = self._rope(plan.positions)
-        x = self.embed[ids]                                             # (N, D)
+        x = self._embed(ids)                                            # (N, D)
         for w, layer_cache in zip(self.layers, cache):
             x = self._layer(x, w, cos, sin, layer_cache, plan)
         return x
@@ -398,6 +446,19 @@ class Model:
         x = self._hidden_cached(tokens, plan, cache)                   # (B T, D)
         cache.crop(lengths)                                             # forget the padding
         return self._head(x[np.arange(len(prompts)) * T + lengths - 1])
+
+    def logits_through_cache(self, token_ids, cache_dtype=None) -> np.ndarray:
+        """The logits of every position of one sequence, (T,) -> (T, V), computed as one prefill
+        into a new cache of storage ``cache_dtype`` (default: the model's): attention reads the
+        keys and values as that format stores them, so the result shows what the format costs
+        (teacher forcing: every position predicts the next from the true tokens before it)."""
+        ids = self.check_tokens(token_ids)
+        if len(ids) == 0:
+            raise ValueError("token ids are empty: there is nothing to compute")
+        cache = self.new_cache(1, len(ids), dtype=cache_dtype)
+        counts = np.array([len(ids)], np.int64)
+        self._check_positions(cache.lengths, counts)
+        return self._head(self._hidden_cached(ids, cache.reserve(counts), cache))
 
     def decode(self, tokens, cache: KVCache) -> np.ndarray:
         """One new token per sequence: tokens (B,) -> logits (B, V)."""

@@ -353,7 +353,7 @@ class Scheduler:
         cfg, model = self.model.config, self.model
         self._kv = PagedKVCache(cfg.num_hidden_layers, 0, cfg.num_key_value_heads, cfg.head_dim, self._max_len,
                                 dtype=model.dtype.name if self.cache_dtype is None else self.cache_dtype,
-                                compute_dtype=model.dtype, block_size=self.block_size, num_blocks=num_blocks)
+                                compute_dtype=getattr(model, "compute_dtype", model.dtype), block_size=self.block_size, num_blocks=num_blocks)
         self._prefix = PrefixIndex(self._kv.pool, self.hash_fn) if self.prefix_sharing else None
         order = sorted(range(len(seqs)), key=lambda i: (self._arrivals[i], i))
         self._pending = deque(seqs[i] for i in order if seqs[i].max_new > 0)

@@ -22,6 +22,8 @@ time whatever the machine:
     bandwidth      memory bandwidth and the decode step's reads (chapter 4)
     engine_timing  the engine timed for chapters 5 and 7, from a calibration of the machine
     kernel_timing  ``kvcache.kernel`` timed: the early exit and split-K (chapter 8)
+    precision      float32, bfloat16, float16 and int8 on the real model: bits, bytes, error
+                   (KL divergence, top-1 agreement, perplexity) and decode time (chapter 4)
 
 Nothing is imported here: a chapter imports ``lessons.machine_facts`` before numpy is loaded.
 """

@@ -193,8 +193,8 @@ def test_bad_indices_and_lengths_are_refused():
         cache.crop([1, 2, 3])
     with pytest.raises(ValueError, match="no cache layout 'paged-ish'"):
         new_cache("paged-ish")
-    with pytest.raises(ValueError, match="cache dtype 'bfloat16' is not one of"):
-        ContiguousLayerCache(1, G, D_HEAD, 8, dtype="bfloat16")
+    with pytest.raises(ValueError, match="cache dtype 'float8' is not one of"):
+        ContiguousLayerCache(1, G, D_HEAD, 8, dtype="float8")
 
 
 def test_lengths_cannot_be_written_through_the_property():

@@ -177,7 +177,7 @@ def test_num_beams_1_is_greedy_as_in_transformers():
     (lambda: greedy(MODEL, [[1]], 3, eos_token_id=V), "eos_token_id: token id"),
     (lambda: greedy(MODEL, [[1]], 3, eos_token_id=[]), "empty list"),
     (lambda: greedy(MODEL, [[1]], 3, cache="paged-ish"), "no cache layout 'paged-ish'"),
-    (lambda: greedy(MODEL, [[1]], 3, cache_dtype="bfloat16"), "cache dtype"),
+    (lambda: greedy(MODEL, [[1]], 3, cache_dtype="float8"), "cache dtype 'float8'"),
     (lambda: greedy(MODEL, [[1]], 3, prefill="left"), "prefill must be"),
     (lambda: greedy(MODEL, [[1]], 3, block_size=16), "cache layout 'contiguous' takes no option 'block_size'"),
     (lambda: beam_search(MODEL, [1, 2], 0, 3), "num_beams must be an integer >= 1"),
