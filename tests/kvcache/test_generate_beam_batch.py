@@ -1,0 +1,195 @@
+"""Beam search over a batch of prompts against transformers' batched beam search (generate() with
+num_beams on a left-padded batch and its attention mask): the same hypotheses for every prompt,
+with EOS ending some prompts' searches in the middle of the batch; paged as contiguous; the
+cache holding B x K rows, and a prompt's rows leaving it when its search is over.
+
+The EOS id is a token the first beams of some prompts emit early and others never (found by a
+first run without EOS), so prompts finish at different steps of one batch.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engine_helpers import CONFIGS, engine_model, hf_generate_batch, hf_llama, random_prompts
+from kvcache.generate import Hypothesis, beam_hypotheses, beam_search, log_softmax, top_candidates
+from kvcache.paged import blocks_for
+
+NEW = 8
+LENGTHS = range(1, 31)
+
+
+def early_token(outputs: list[list[int]]) -> int:
+    """A token that some outputs emit at step 1..4 and others never: as EOS it ends some
+    searches in the middle and leaves others running."""
+    counts = {}
+    for out in outputs:
+        for tok in set(out[1:5]) - set(out[:1]):
+            counts[tok] = counts.get(tok, 0) + 1
+    for tok, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if n < len(outputs) // 2:
+            return tok
+    raise AssertionError("no token would end some searches in the middle: change the seed")
+
+
+def hf_beams(hf, prompts, k, **kwargs):
+    """transformers' batched beam search: each prompt's best hypothesis (a list), or its
+    num_return_sequences best (a list of lists), cut after EOS."""
+    n = kwargs.get("num_return_sequences", 1)
+    rows = hf_generate_batch(hf, prompts, max_new_tokens=kwargs.pop("max_new_tokens", NEW), num_beams=k, **kwargs)
+    return rows if n == 1 else [rows[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+
+def hf_sequence_scores(hf, prompts, k, n, **kwargs) -> np.ndarray:
+    """transformers' ``sequences_scores`` of a left-padded batch, (B, n)."""
+    T = max(len(p) for p in prompts)
+    ids = torch.zeros((len(prompts), T), dtype=torch.long)
+    mask = torch.zeros((len(prompts), T), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, T - len(p):] = torch.tensor(list(p))
+        mask[i, T - len(p):] = 1
+    with torch.inference_mode():
+        out = hf.generate(ids, attention_mask=mask, do_sample=False, num_beams=k, num_return_sequences=n,
+                          max_new_tokens=NEW, pad_token_id=kwargs.get("eos_token_id", 0),
+                          output_scores=True, return_dict_in_generate=True, **kwargs)
+    return out.sequences_scores.numpy().reshape(len(prompts), n)
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def pair(request):
+    hf = hf_llama(request.param, seed=3)
+    return request.param, hf, engine_model(hf)
+
+
+@pytest.fixture(scope="module")
+def batch(pair):
+    """30 prompts of lengths 1 to 30 and an EOS that ends some of their searches mid-batch."""
+    name, hf, model = pair
+    prompts = random_prompts(CONFIGS[name]["vocab_size"], LENGTHS, seed=8)
+    eos = early_token(beam_search(model, prompts, 3, NEW))
+    return prompts, eos
+
+
+SETTINGS = [(2, 1.0, False), (3, 0.0, True), (4, 2.0, "never"), (3, -0.5, False), (5, 1.0, "never")]
+
+
+def test_a_batch_of_lengths_1_to_30_matches_transformers(pair, batch):
+    name, hf, model = pair
+    prompts, eos = batch
+    mid_batch = 0
+    for k, lp, es in SETTINGS:
+        ours = beam_search(model, prompts, k, NEW, eos_token_id=eos, length_penalty=lp, early_stopping=es)
+        assert ours == hf_beams(hf, prompts, k, eos_token_id=eos, length_penalty=lp, early_stopping=es), (k, lp, es)
+        ended = [bool(o) and o[-1] == eos for o in ours]
+        assert not all(ended)
+        mid_batch += any(ended)
+    assert mid_batch                                         # EOS ended some prompts' best, not all
+
+
+def test_a_batch_equals_its_prompts_one_by_one(pair, batch):
+    """Batching changes the cost, never a prompt's hypotheses or their scores."""
+    name, hf, model = pair
+    prompts, eos = batch
+    together = beam_hypotheses(model, prompts, 3, NEW, eos_token_id=eos, length_penalty=1.5)
+    for p, hyps in list(zip(prompts, together))[::4]:
+        alone = beam_hypotheses(model, p, 3, NEW, eos_token_id=eos, length_penalty=1.5)
+        assert [h.tokens for h in alone] == [h.tokens for h in hyps]
+        # equal to rounding: a matrix product of more rows may add in another order
+        assert [h.score for h in alone] == pytest.approx([h.score for h in hyps], rel=1e-12)
+
+
+def test_num_return_sequences_and_scores_match_transformers(pair, batch):
+    name, hf, model = pair
+    prompts, eos = batch
+    some = prompts[::3]
+    for k, n, lp in ((3, 3, 1.0), (4, 2, 0.5)):
+        ours = beam_search(model, some, k, NEW, eos_token_id=eos, length_penalty=lp, num_return_sequences=n)
+        assert ours == hf_beams(hf, some, k, eos_token_id=eos, length_penalty=lp, num_return_sequences=n)
+        hyps = beam_hypotheses(model, some, k, NEW, eos_token_id=eos, length_penalty=lp)
+        scores = np.array([[h.score for h in hs[:n]] for hs in hyps])
+        # transformers adds the log-probabilities in float32: a relative 1e-5 of a sum of 8
+        np.testing.assert_allclose(scores, hf_sequence_scores(hf, some, k, n, eos_token_id=eos,
+                                                              length_penalty=lp), rtol=1e-5)
+    # one prompt: a list of n lists; its first is what num_return_sequences=1 returns
+    top3 = beam_search(model, prompts[4], 3, NEW, eos_token_id=eos, num_return_sequences=3)
+    assert len(top3) == 3 and top3[0] == beam_search(model, prompts[4], 3, NEW, eos_token_id=eos)
+
+
+def test_hypotheses_scores_are_the_models_log_probabilities(pair, batch):
+    """Each hypothesis's log_prob recomputed without the cache, and score = log_prob / len ** lp."""
+    name, hf, model = pair
+    prompts, eos = batch
+    lp = 2.0
+    for p, hyps in zip(prompts[::7], beam_hypotheses(model, prompts[::7], 4, NEW, eos_token_id=eos,
+                                                      length_penalty=lp)):
+        assert len(hyps) == 4 and all(isinstance(h, Hypothesis) for h in hyps)
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for h in hyps:
+            tokens = np.array(h.tokens)
+            logp = log_softmax(model.logits(np.concatenate([p, tokens])))
+            steps = np.arange(len(p) - 1, len(p) + len(tokens) - 1)
+            assert h.log_prob == pytest.approx(float(logp[steps, tokens].sum()), rel=1e-9)
+            assert h.score == pytest.approx(h.log_prob / len(tokens) ** lp, rel=1e-12)
+
+
+def test_the_cache_holds_b_times_k_rows_and_a_finished_prompt_leaves_it(pair, batch):
+    name, hf, model = pair
+    prompts, eos = batch
+    K = 3
+    trace = []
+    beam_search(model, prompts, K, NEW, eos_token_id=eos, early_stopping=True, trace=trace)
+    assert trace[0]["cache_batch"] == len(prompts)                # the prefill: one row per prompt
+    assert trace[0]["prompts"] == list(range(len(prompts)))
+    for before, after in zip(trace, trace[1:]):
+        assert after["cache_batch"] == K * len(after["prompts"])  # B x K rows, B the prompts still on
+        assert set(after["prompts"]) <= set(before["prompts"])
+        assert len(after["parents"]) == len(after["prompts"]) and all(len(p) == K for p in after["parents"])
+    assert len(trace[-1]["prompts"]) < len(prompts)              # some searches ended before the last
+
+
+@pytest.mark.parametrize("block_size", [2, 16])
+def test_paged_batch_equals_contiguous_and_transformers(pair, batch, block_size):
+    name, hf, model = pair
+    prompts, eos = batch
+    prompts = prompts[::2]
+    want = hf_beams(hf, prompts, 3, eos_token_id=eos, length_penalty=0.5)
+    assert beam_search(model, prompts, 3, NEW, eos_token_id=eos, length_penalty=0.5) == want
+    assert beam_search(model, prompts, 3, NEW, eos_token_id=eos, length_penalty=0.5, cache="paged",
+                       block_size=block_size) == want
+    # a pool with one block to spare per prompt: the K beams of a prompt cannot all write their
+    # own last block, so beams are preempted and recomputed; the same hypotheses
+    trace = []
+    tight = sum(blocks_for(len(p), block_size) for p in prompts) + len(prompts)
+    assert beam_search(model, prompts, 3, NEW, eos_token_id=eos, length_penalty=0.5, cache="paged",
+                       block_size=block_size, num_blocks=tight, trace=trace) == want
+    assert trace[-1]["preemptions"] > 0
+
+
+def test_top_candidates_is_the_head_of_a_stable_sort():
+    rng = np.random.default_rng(0)
+    for C, n in ((50, 6), (200, 10), (7, 7), (5, 9)):
+        scores = np.round(rng.normal(size=(4, C)), 1)        # rounded: many ties
+        want = np.argsort(-scores, axis=1, kind="stable")[:, :n]
+        assert np.array_equal(top_candidates(scores, n), want), (C, n)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: beam_hypotheses(m, [[1, 2]], 1, 3), "num_beams >= 2"),
+    (lambda m: beam_search(m, [[1, 2], [1, 9999]], 2, 3), "prompt 1: token id 9999"),
+    (lambda m: beam_search(m, [[1]] * 3, 2, 3, cache="paged", block_size=4, num_blocks=2), "the 3 prompts"),
+    (lambda m: beam_search(m, [[1], [2] * 20], 2, 5, cache="paged", block_size=4, num_blocks=5),
+     "prompt 1\\) can never fit"),
+])
+def test_bad_batches_get_a_clear_error(pair, call, message):
+    name, hf, model = pair
+    with pytest.raises(ValueError, match=message):
+        call(model)
+
+
+def test_inputs_are_never_modified(pair, batch):
+    name, hf, model = pair
+    prompts, eos = batch
+    copies = [p.copy() for p in prompts]
+    beam_search(model, prompts, 3, 4, eos_token_id=eos, cache="paged", block_size=4)
+    assert all(np.array_equal(a, b) for a, b in zip(prompts, copies))
