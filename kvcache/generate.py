@@ -52,8 +52,8 @@ from . import validate
 from .cache import KVCache
 from .paged import OutOfBlocks, blocks_for, DEFAULT_BLOCK_SIZE
 
-__all__ = ["greedy", "beam_search", "beam_hypotheses", "Hypothesis", "top_candidates", "log_softmax",
-           "check_prompts"]
+__all__ = ["greedy", "beam_search", "beam_hypotheses", "Hypothesis", "top_candidates", "assign_rows",
+           "log_softmax", "check_prompts"]
 
 EXCLUDED = -1.0e9      # the score transformers gives a beam that must not be chosen
 
@@ -198,25 +198,59 @@ def _greedy_paged(model, arrays, max_new_tokens, eos: np.ndarray, L_max, cache_d
 # ---------------------------------------------------------------------- beam search
 
 
+def assign_rows(sources: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cache rows for the beams of a step, copying as few rows as possible.
+
+    ``sources`` (n,) is the row of each new beam's parent; the cache will hold n rows, 0 .. n - 1.
+    The first beam of each parent keeps the parent's row when that row is below n (no copy); the
+    other beams (a parent's second child, or a parent whose row is past n) take the rows no beam
+    keeps, which hold parents without children.  Returns (gather, row_of): ``cache.reorder(gather)``
+    puts them in place (gather[r] = r where a row stays), and beam j is then row row_of[j].
+    """
+    n = len(sources)
+    row_of = np.full(n, -1, np.int64)
+    taken = np.zeros(max(n, n_rows), bool)
+    for j, r in enumerate(sources.tolist()):
+        if r < n and not taken[r]:
+            taken[r] = True
+            row_of[j] = r
+    free = iter(np.flatnonzero(~taken[:n]).tolist())
+    for j in np.flatnonzero(row_of < 0).tolist():
+        row_of[j] = next(free)
+    gather = np.empty(n, np.int64)
+    gather[row_of] = sources
+    return gather, row_of
+
+
 class _ContiguousBeams:
     """Beam search's rows in one preallocated cache of capacity B x K: the prompts prefilled as a
     batch of B rows, then rows gathered by parent at every step (the first step expands each
     prompt's row to its K beams; a prompt whose search is over drops its rows in the same
-    gather)."""
+    gather).
+
+    Beam j lives in cache row ``row_of[j]``, not necessarily row j: a beam whose parent has no
+    other child takes over the parent's row, so a step copies only the rows of a parent's extra
+    children (``assign_rows``), and the decode's tokens and logits are permuted between the
+    beams' order and the rows' (B x K rows of V logits, against the cache's positions)."""
 
     def __init__(self, model, prompts, K, L_max, cache, cache_dtype, **cache_options):
         self.model, self.prompts = model, prompts
         self.kv = model.new_cache(len(prompts), L_max, kind=cache, dtype=cache_dtype,
                                   capacity=len(prompts) * K, **cache_options)
+        self.row_of = np.arange(len(prompts))
 
     def prefill(self) -> np.ndarray:
         return self.model.prefill(self.prompts, self.kv)                 # (B, V): each prompt once
 
     def step(self, parents: np.ndarray, beam_tokens: np.ndarray) -> np.ndarray:
-        """Logits (n, V) after each beam's newest token: ``parents`` (n,) the row of the step
+        """Logits (n, V) after each beam's newest token: ``parents`` (n,) the beam of the step
         before that each beam extends, ``beam_tokens`` (n, t + 1) every beam's new tokens so far."""
-        self.kv.reorder(parents)                                          # row i <- row parents[i]
-        return self.model.decode(beam_tokens[:, -1], self.kv)
+        gather, row_of = assign_rows(self.row_of[parents], self.kv.batch)
+        self.kv.reorder(gather)
+        tokens = np.empty(len(row_of), np.int64)
+        tokens[row_of] = beam_tokens[:, -1]                               # in the rows' order
+        self.row_of = row_of
+        return self.model.decode(tokens, self.kv)[row_of]                 # in the beams' order
 
     def finish(self) -> None:
         pass

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine_helpers import CONFIGS, engine_model, hf_generate_batch, hf_llama, random_prompts
-from kvcache.generate import Hypothesis, beam_hypotheses, beam_search, log_softmax, top_candidates
+from kvcache.generate import Hypothesis, assign_rows, beam_hypotheses, beam_search, log_softmax, top_candidates
 from kvcache.paged import blocks_for
 
 NEW = 8
@@ -193,3 +193,34 @@ def test_inputs_are_never_modified(pair, batch):
     copies = [p.copy() for p in prompts]
     beam_search(model, prompts, 3, 4, eos_token_id=eos, cache="paged", block_size=4)
     assert all(np.array_equal(a, b) for a, b in zip(prompts, copies))
+
+
+def test_assign_rows_copies_only_a_parents_extra_children():
+    """After cache.reorder(gather), beam j's row holds its parent's row; a row is copied only for
+    a beam whose parent's row another beam kept (or lies past the new batch)."""
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n_rows = int(rng.integers(1, 9))
+        n = int(rng.integers(1, 9))
+        sources = rng.integers(0, n_rows, size=n)
+        gather, row_of = assign_rows(sources, n_rows)
+        assert sorted(row_of.tolist()) == list(range(n))          # every row of the new batch, once
+        assert np.array_equal(gather[row_of], sources)            # beam j's row is its parent's
+        kept = len({int(r) for r in sources if r < n})            # parents whose row a child keeps
+        assert int((gather != np.arange(n)).sum()) == n - kept
+    # a swap moves nothing: each beam keeps its parent's row
+    assert assign_rows(np.array([1, 0]), 2)[0].tolist() == [0, 1]
+
+
+def test_a_beam_step_copies_the_rows_of_extra_children_only(pair, batch):
+    name, hf, model = pair
+    prompts, eos = batch
+    p = prompts[20]
+    K, trace = 4, []
+    beam_search(model, p, K, NEW, trace=trace)
+    cfg = model.config
+    per_position = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 8     # float64
+    for t, (before, after) in enumerate(zip(trace, trace[1:])):
+        extra = K - len(set(before["parents"]))                   # children beyond a parent's first
+        positions = len(p) + t                                    # what the rows held at the reorder
+        assert after["cache_bytes_copied"] - before["cache_bytes_copied"] == extra * positions * per_position
