@@ -224,3 +224,36 @@ def test_a_beam_step_copies_the_rows_of_extra_children_only(pair, batch):
         extra = K - len(set(before["parents"]))                   # children beyond a parent's first
         positions = len(p) + t                                    # what the rows held at the reorder
         assert after["cache_bytes_copied"] - before["cache_bytes_copied"] == extra * positions * per_position
+
+
+# ---------------------------------------------------------------------- the real model
+
+CHAT = ["What is the capital of France?", "Is water wet? Answer yes or no.", "Say hello.",
+        "What is 2 + 2? Reply with the number only."]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The engine and transformers on the installed SmolLM2-135M-Instruct GGUF file, float32."""
+    from transformers import AutoModelForCausalLM
+
+    from kvcache.models import load_with_tokenizer, model_path
+    model, tokenizer = load_with_tokenizer("smollm2-135m-instruct")
+    path = model_path("smollm2-135m-instruct")
+    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    return model, tokenizer, hf.eval()
+
+
+@pytest.mark.parametrize("cache", ["contiguous", "paged"])
+def test_a_batch_of_chat_prompts_on_the_real_model_matches_transformers(smollm2, cache):
+    """Four chat prompts of 33 to 45 tokens, 3 beams, 12 new tokens, EOS the end-of-turn token:
+    one prompt's search ends mid-batch (its rows leave the cache), the others run to the limit."""
+    model, tokenizer, hf = smollm2
+    prompts = [tokenizer.chat_ids(text) for text in CHAT]
+    eos = tokenizer.eos_token_id
+    trace = []
+    ours = beam_search(model, prompts, 3, 12, eos_token_id=eos, cache=cache, trace=trace)
+    assert ours == hf_generate_batch(hf, prompts, max_new_tokens=12, num_beams=3, eos_token_id=eos)
+    assert any(o[-1] == eos for o in ours) and not all(o[-1] == eos for o in ours)
+    assert len(trace[-1]["prompts"]) < len(prompts)          # a search ended before the last step
+    assert tokenizer.decode(ours[0]) == "The capital of France is Paris."
