@@ -10,35 +10,43 @@ Greedy, for a batch of prompts of different lengths::
 A finished sequence stops costing compute: ``cache.select`` drops its row, so every later step
 is a smaller batch.
 
-Beam search keeps ``num_beams`` hypotheses for one prompt.  The prompt is prefilled once, as a
-batch of one; the first reorder expands that row to the beams (copying the prompt's keys and
-values into num_beams - 1 rows, the only copy of the prompt).  At every step::
+Beam search keeps ``num_beams`` = K hypotheses per prompt, for a batch of B prompts of any
+lengths in one cache of B x K rows.  The prompts are prefilled once, as a batch of B rows; the
+first reorder expands each prompt's row to its K beams (copying the prompt's keys and values into
+K - 1 rows, the only copy of the prompt).  At every step, for each prompt b still searching::
 
-    scores (K, V)  = running log-probabilities + log_softmax(logits)
-    candidates     = the 2 K best of the K V (beam, token) pairs (more with several EOS ids)
+    scores (K, V)  = running log-probabilities + log_softmax(logits of b's K rows)
+    candidates     = the 2 K best of the K V (beam, token) pairs (more with several EOS ids),
+                     found by partition (``top_candidates``), not by sorting K V scores
     finished       <- candidates ending in EOS (or at the length limit) among the K best,
                       scored sum(log p) / generated_length ** length_penalty
     running        <- the K best candidates not finished
-    cache.reorder(parents of running)          row i <- the row of its parent beam
-    logits = decode(last tokens of running)
 
-and stops, as transformers does, when the length limit is reached, or ``early_stopping`` says so:
-True stops as soon as K hypotheses are finished; False stops when the best running beam, at its
-current length, can no longer beat the worst finished one; "never" makes the same test with the
-most favourable length (the longest, when length_penalty > 0).  The result is the best finished
-hypothesis's new tokens.  The constants (the 2 K candidates, the -1e9 that excludes a beam) are
-those of transformers' own implementation, so the two choose the same tokens.
+then one reorder of the whole cache puts every prompt's beams in the rows of their parents, and
+one decode step of all the rows gives the next logits.  A beam whose parent has no other child
+keeps the parent's row (``assign_rows``): a step copies only the rows of a parent's extra
+children, into the rows of parents left without children.  Each prompt stops on its own, as
+transformers does, at the length limit, or when ``early_stopping`` says so: True stops as soon as
+K hypotheses are finished; False stops when the best running beam, at its current length, can no
+longer beat the worst finished one; "never" makes the same test with the most favourable length
+(the longest, when length_penalty > 0).  A prompt that stops leaves the cache in that step's
+reorder (transformers keeps its rows, fed padding, to the end; the hypotheses are the same).  The
+result is each prompt's best finished hypothesis's new tokens (``num_return_sequences`` best
+with that option; ``beam_hypotheses`` gives them with their scores).  The constants (the 2 K
+candidates, the -1e9 that excludes a beam) are those of transformers' own implementation, so
+the two choose the same tokens.
 
 With ``cache="paged"`` (``kvcache.paged``: blocks of ``block_size`` positions from a pool of
 ``num_blocks``) the same searches run over block tables.  Greedy decoding runs through the
 serving loop (``kvcache.serving.serve``): when the pool runs short, ``preempt=True`` frees the
 newest running sequence and recomputes it from its tokens later; ``preempt=False`` raises
-``OutOfBlocks`` before anything is written.  Beam search expands the prompt to the beams by
-reference (every beam's table names the prompt's blocks) and reorders beams by moving table
+``OutOfBlocks`` before anything is written.  Beam search expands each prompt to its beams by
+reference (every beam's table names its prompt's blocks) and reorders beams by moving table
 entries; a beam that shares its partly filled last block copies that block alone when it writes
 (copy-on-write).  When the beams do not all fit, the newest are preempted and recomputed from
-their tokens beside the others, sharing the prompt's full blocks.  Either way the tokens are
-those of an unlimited pool; a request longer than the whole pool is refused before it starts.
+their tokens beside the others, sharing their prompt's full blocks.  Either way the tokens are
+those of an unlimited pool; a request longer than the whole pool, or a batch of prompts whose
+prefill does not fit in it at once, is refused before it starts.
 """
 from __future__ import annotations
 

@@ -257,3 +257,23 @@ def test_a_batch_of_chat_prompts_on_the_real_model_matches_transformers(smollm2,
     assert any(o[-1] == eos for o in ours) and not all(o[-1] == eos for o in ours)
     assert len(trace[-1]["prompts"]) < len(prompts)          # a search ended before the last step
     assert tokenizer.decode(ours[0]) == "The capital of France is Paris."
+
+
+@pytest.mark.parametrize("cache_dtype", ["float16", "int8"])
+def test_cache_dtype_passes_through_to_every_row_of_the_batch(pair, batch, cache_dtype):
+    """The batch in a 2-byte or int8 cache: the same hypotheses as each prompt alone in that cache,
+    and the cache really is in that format (its bytes per position)."""
+    name, hf, model = pair
+    prompts, eos = batch
+    some = prompts[::6]
+    together = beam_search(model, some, 3, NEW, eos_token_id=eos, cache_dtype=cache_dtype)
+    assert together == [beam_search(model, p, 3, NEW, eos_token_id=eos, cache_dtype=cache_dtype) for p in some]
+    for cache in ("contiguous", "paged"):
+        trace = []
+        beam_search(model, some, 3, 2, cache=cache, cache_dtype=cache_dtype, trace=trace)
+        float64 = []
+        beam_search(model, some, 3, 2, cache=cache, trace=float64)
+        d = model.config.head_dim
+        # per position and head: d values of 2 bytes, or d of 1 byte and a float32 scale; float64's 8 d
+        want = 2 * d / (8 * d) if cache_dtype == "float16" else (d + 4) / (8 * d)
+        assert trace[0]["cache_bytes"] / float64[0]["cache_bytes"] == pytest.approx(want, rel=1e-12)
