@@ -8,6 +8,8 @@ Measured in one run (``python -m bench model``, or ``make bench``):
   compete), one thread each (numpy's BLAS and torch);
 * a prompt of ``PROMPT`` real tokens (a fixed English text, its tokens repeated), then ``NEW``
   greedy decode steps at batch 1, timed; the two sides alternate, best of ``ROUNDS`` rounds;
+* beam search with ``BEAMS`` beams: the time of one step against a greedy step of a batch of
+  ``BEAMS`` rows (``beam_step_cost``);
 * decode at batch 1 reads every weight once per token, so its floor is weight bytes / memory
   bandwidth: the fraction of the machine's copy bandwidth (``lessons.bandwidth.copy_bandwidth``,
   read + write) each side achieves is weight bytes x tokens/s / bandwidth.
@@ -128,6 +130,63 @@ def weight_bytes(model) -> int:
     return sum(a.nbytes for a in arrays)
 
 
+BEAMS = 4
+BEAM_STEPS = 16
+
+
+def decode_rows_step(model, prompt: list[int], rows: int, steps: int) -> float:
+    """The median time of a greedy decode step of ``rows`` sequences holding the prompt (prefilled
+    once, then expanded to the rows, as beam search does), in seconds."""
+    kv = model.new_cache(1, len(prompt) + steps + 1, capacity=rows)
+    logits = model.prefill([np.asarray(prompt)], kv)
+    kv.reorder(np.zeros(rows, np.int64))
+    logits = np.repeat(logits, rows, axis=0)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        logits = model.decode(logits.argmax(-1), kv)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def beam_step(model, prompt: list[int], cache: str, steps: int) -> tuple[float, float]:
+    """(the median time of one step of beam search with BEAMS beams, its cache's bytes copied per
+    step): a step is the reorder, the decode of BEAMS rows and the choice of the next beams, timed
+    between consecutive trace records (the prefill and its expansion left out)."""
+    from kvcache.generate import beam_search
+
+    trace = []
+    beam_search(model, prompt, BEAMS, steps + 2, cache=cache, trace=trace)
+    times = np.diff([t["time"] for t in trace])[1:]
+    copied = (trace[-1]["cache_bytes_copied"] - trace[1]["cache_bytes_copied"]) / (len(trace) - 2)
+    return float(np.median(times)), float(copied)
+
+
+def beam_step_cost(model, tokenizer) -> None:
+    """Beam search with BEAMS beams on one prompt costs about BEAMS decode rows per step: the
+    time of a beam step (contiguous and paged caches) against a greedy step of a batch of BEAMS,
+    alternating, best of ROUNDS rounds, after the same PROMPT-token prompt."""
+    from threadpoolctl import threadpool_limits
+
+    prompt = prompt_ids(tokenizer)
+    batch, contiguous, paged, copied = [], [], [], {}
+    with threadpool_limits(limits=1, user_api="blas"):
+        for _ in range(ROUNDS):
+            batch.append(decode_rows_step(model, prompt, BEAMS, BEAM_STEPS))
+            seconds, copied["contiguous"] = beam_step(model, prompt, "contiguous", BEAM_STEPS)
+            contiguous.append(seconds)
+            seconds, copied["paged"] = beam_step(model, prompt, "paged", BEAM_STEPS)
+            paged.append(seconds)
+    d = min(batch)
+    print(f"beam search, {BEAMS} beams on one {PROMPT}-token prompt, against a greedy decode step of "
+          f"{BEAMS} rows (median step, best of {ROUNDS} alternating rounds, 1 thread):")
+    print(f"  decode, batch {BEAMS}     {d * 1e3:7.1f} ms per step")
+    for name, times in (("contiguous", contiguous), ("paged", paged)):
+        b = min(times)
+        print(f"  beam step, {name:10s} {b * 1e3:7.1f} ms per step   {b / d:.2f}x the batch-{BEAMS} step; "
+              f"cache bytes copied per step {copied[name] / 1e6:,.1f} MB")
+
+
 def main() -> int:
     from threadpoolctl import threadpool_limits
 
@@ -166,6 +225,7 @@ def main() -> int:
     print(f"  weights read per token: {nbytes / 1e6:,.0f} MB (float32); copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     print(f"  share of the bandwidth floor: engine {nbytes * e / bandwidth:.0%}, "
           f"transformers {nbytes * t / bandwidth:.0%}")
+    beam_step_cost(model, tokenizer)
     print(f"load average at the end: {_load()}")
     return 0
 

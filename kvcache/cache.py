@@ -329,10 +329,18 @@ class ContiguousLayerCache(LayerCache):
         if len(moved):
             src = idx[moved]
             T = int(self._lengths[src].max())
+            # when no row read is a row written (beam search's rows: a parent's extra child goes
+            # to the row of a parent without children), each row is copied straight to its place;
+            # otherwise the sources go through a temporary first
+            direct = not np.isin(src, moved).any()
             for buf in (self.k, self.v, self.k_scale, self.v_scale):
                 if buf is not None:
-                    # the right side is a copy (fancy indexing) taken before any row is written
-                    buf[moved, :, :T] = buf[src, :, :T]
+                    if direct:
+                        for dst, row in zip(moved.tolist(), src.tolist()):
+                            buf[dst, :, :T] = buf[row, :, :T]
+                    else:
+                        # the right side is a copy (fancy indexing) taken before any row is written
+                        buf[moved, :, :T] = buf[src, :, :T]
                     per_position = buf[0, :, 0].nbytes              # G rows of d values (or G scales)
                     self._bytes_copied += len(moved) * T * per_position
         self._lengths[: len(idx)] = self._lengths[idx]

@@ -622,3 +622,111 @@ def test_the_beam_tree_numbers_its_steps_as_the_trace_does_and_says_what_its_mar
     assert legend == ["running beam (its new token above)", "hypotheses finished (how many kept)",
                       "the returned hypothesis", "its last token (it ends there)"]
     plt.close(fig)
+
+
+# ---------------------------------------------------------------- chapter 7: a real model, a batch of prompts
+
+
+@pytest.fixture(scope="module")
+def real():
+    """SmolLM2-135M-Instruct and its tokenizer, as chapter 7 loads them."""
+    from kvcache.models import load_with_tokenizer
+    return load_with_tokenizer("smollm2-135m-instruct")
+
+
+class TestCh7RealModel:
+    """Chapter 7's searches on SmolLM2-135M-Instruct.  The glued scores are recomputed here without
+    the cache, from the model's log-probabilities of the reply's tokens; the batch's story (which
+    prompt finished when, how many rows the cache held) is derived from each prompt searched
+    alone, one at a time."""
+
+    QUESTION = "What is the capital of France?"
+    QUESTIONS = [QUESTION, "Is water wet? Answer yes or no.", "Say hello.",
+                 "What is 2 + 2? Reply with the number only."]
+    NEW = 12
+
+    @staticmethod
+    def log_prob(model, prompt, tokens) -> float:
+        """sum of log p of ``tokens`` after ``prompt``, from the whole sequence's logits (no cache)."""
+        logits = model.logits(np.concatenate([prompt, tokens])).astype(np.float64)
+        at = np.arange(len(prompt) - 1, len(prompt) + len(tokens) - 1)
+        z = logits[at]
+        logp = z - z.max(axis=1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
+        return float(logp[np.arange(len(tokens)), tokens].sum())
+
+    def best(self, real, length_penalty):
+        from kvcache.generate import beam_hypotheses
+        model, tokenizer = real
+        prompt = tokenizer.chat_ids(self.QUESTION)
+        return prompt, beam_hypotheses(model, prompt, 4, self.NEW, eos_token_id=tokenizer.eos_token_id,
+                                       length_penalty=length_penalty)
+
+    def test_the_hypotheses_as_text_with_their_scores(self, ch7, real):
+        _, g = ch7
+        model, tokenizer = real
+        prompt, hyps = self.best(real, 1.0)
+        assert g["ch7_real_prompt_len"] == str(len(prompt)) and g["ch7_real_n"] == "4" == str(len(hyps))
+        tokens = np.array(hyps[0].tokens)
+        assert g["ch7_real_best"] == tokenizer.decode(tokens.tolist()) == "The capital of France is Paris."
+        assert g["ch7_real_best_len"] == str(len(tokens)) and tokens[-1] == tokenizer.eos_token_id
+        logp = self.log_prob(model, prompt, tokens)
+        assert g["ch7_real_best_logp"] == f"{logp:.3f}"
+        assert g["ch7_real_best_score"] == f"{logp / len(tokens):.3f}"
+        second = np.array(hyps[1].tokens)
+        assert g["ch7_real_second_score"] == f"{self.log_prob(model, prompt, second) / len(second):.3f}"
+        assert number(g["ch7_real_second_score"]) <= number(g["ch7_real_best_score"])
+        assert g["ch7_real_ends"]
+
+    def test_the_length_penalty_on_a_real_reply(self, ch7, real):
+        _, g = ch7
+        model, tokenizer = real
+        sentence = g["ch7_lp_real_sentence"]
+        bests = {}
+        for lp in (0.0, 1.0, 2.0):
+            prompt, hyps = self.best(real, lp)
+            tokens = np.array(hyps[0].tokens)
+            bests[lp] = tokens.tolist()
+            # the best under each penalty beats every other hypothesis found, by its own score
+            logps = [self.log_prob(model, prompt, np.array(h.tokens)) for h in hyps]
+            scores = [lpr / len(h.tokens) ** lp for lpr, h in zip(logps, hyps)]
+            assert np.argmax(scores) == 0
+            assert f"the {len(tokens)}-token reply (a sum of {logps[0]:.3f})" in sentence
+        if len({tuple(b) for b in bests.values()}) > 1:       # the penalty changed the reply
+            assert "length_penalty 2 chose" in sentence and len(bests[2.0]) > len(bests[0.0])
+
+    def test_the_batch_holds_b_times_k_rows_and_a_finished_prompt_leaves(self, ch7, real):
+        from kvcache.generate import beam_search
+        _, g = ch7
+        model, tokenizer = real
+        K = 3
+        prompts = [tokenizer.chat_ids(q) for q in self.QUESTIONS]
+        assert g["ch7_batch_B"] == "4" and g["ch7_batch_K"] == "3" and g["ch7_batch_rows"] == "12"
+        assert g["ch7_batch_first"] == "4"
+        assert g["ch7_batch_lengths"] == ", ".join(str(len(p)) for p in prompts[:-1]) + f" and {len(prompts[-1])}"
+        # each prompt alone: its last step is where its search ended
+        last = []
+        for p in prompts:
+            trace = []
+            beam_search(model, p, K, self.NEW, eos_token_id=tokenizer.eos_token_id, trace=trace)
+            last.append(len(trace) - 1)
+        assert g["ch7_batch_steps"] == str(max(last) + 1)
+        early = sorted({s for s in last if s < max(last)})
+        assert early, "some prompt's search should end before the others'"
+        words = g["ch7_batch_left"]
+        for s in early:
+            gone = [i for i, e in enumerate(last) if e == s]
+            still = sum(e > s for e in last)
+            names = str(gone[0]) if len(gone) == 1 else ", ".join(map(str, gone[:-1])) + f" and {gone[-1]}"
+            assert (f"Prompt{'s' if len(gone) > 1 else ''} {names} finished at step {s}: from step {s + 1} "
+                    f"the cache holds {K * still} rows.") in words
+
+    def test_the_batch_table_counts_k_rows_per_prompt_searching(self, ch7):
+        nb, g = ch7
+        header, rows = _table_after(nb, '["step", "prompts searching", "cache rows"]')
+        assert header == ["step", "prompts searching", "cache rows"]
+        assert [int(r[0]) for r in rows] == list(range(int(g["ch7_batch_steps"])))
+        searching = [len(re.findall(r"\d+", r[1])) for r in rows]
+        assert int(rows[0][2]) == 4 == searching[0]                # the prefill: one row per prompt
+        assert all(int(r[2]) == 3 * n for r, n in zip(rows[1:], searching[1:]))
+        assert searching == sorted(searching, reverse=True) and searching[-1] < 4

@@ -170,6 +170,34 @@ def test_ch10_exact_figures(ch10):
     assert g["ch10_jump_5"] == "1,031" and g["ch10_step_6"] == "263"
 
 
+def test_ch10_change_the_query_exercise(ch10):
+    """The exercise's answer against arithmetic done here: q = (0, 1) against the keys (1, 0),
+    (0, 1), (1, 1), (-1, 0); the spec's softmax unit by its formula; row 1 of the prefill matrix
+    is the softmax of its two scores."""
+    import math
+    _, g = ch10
+    r = 1 / math.sqrt(2)
+    assert g["ch10_x_scores"] == f"(0.0000, {r:.4f}, {r:.4f}, 0.0000)"
+    assert g["ch10_x_top"] == "1 and 2"
+    e = [math.exp(s) for s in (0, r, r, 0)]
+    weights = [x / sum(e) for x in e]
+    assert g["ch10_x_weights"] == "(" + ", ".join(f"{w:.4f}" for w in weights) + ")"
+    s8 = [round(16 * s) for s in (0, r, r, 0)]                          # 11.31 -> 11, no halves here
+    assert g["ch10_x_s8"] == str(s8) == "[0, 11, 11, 0]"
+    table = [math.floor(65536 * math.exp(-(max(s8) - x) / 16)) for x in s8]
+    p16 = [(t * 65536 + sum(table) // 2) // sum(table) for t in table]
+    assert g["ch10_x_p16"] == str(p16)
+    assert g["ch10_x_chip"] == "(" + ", ".join(f"{p / 65536:.4f}" for p in p16) + ")"
+    assert g["ch10_x_last_row"] == "equal"
+    row1 = [1 / (1 + math.exp(r)), math.exp(r) / (1 + math.exp(r))]
+    assert g["ch10_x_row1"] == f"({row1[0]:.4f}, {row1[1]:.4f})" == "(0.3302, 0.6698)"
+    assert g["ch10_x_half"] == "(0.5000, 0.5000)"
+    V = [(1.0, 0.0), (0.0, 2.0), (2.0, 2.0), (-1.0, 1.0)]
+    out = [sum(w * v[i] for w, v in zip(weights, V)) for i in (0, 1)]
+    assert g["ch10_x_out"] == f"({out[0]:.4f}, {out[1]:.4f})"
+    # row 1's output is the published 0.3302 / 1.3395 of the running example
+    assert g["ch10_x_row1_out"] == "(0.3302, 1.3395)"
+
 def test_ch10_names_each_per_token_growth_by_its_span(ch10):
     """Two growths of a step per extra token: +455 (recompute) and +89 (cached) from 16 to 32 tokens,
     and +436 and +89 on average over a 32-token generation (from the first token to the 32nd, whose
