@@ -118,8 +118,10 @@ class TextBlocks:
     wraps at the column's edge on the site and in JupyterLab (never a line that scrolls), and, as
     plain text, wrapped at ``TEXT_WIDTH`` characters under its label, indented."""
 
+    EMPTY = "(empty)"           # what an empty text shows: a reply that ended at once
+
     def __init__(self, blocks, width: int = TEXT_WIDTH):
-        self.blocks = [(str(label), str(text)) for label, text in blocks]
+        self.blocks = [(str(label), str(text) if str(text).strip() else self.EMPTY) for label, text in blocks]
         self.width = width
 
     def _repr_html_(self) -> str:
@@ -135,7 +137,7 @@ class TextBlocks:
         out = []
         for label, text in self.blocks:
             out += textwrap.wrap(label, self.width) or [""]
-            for line in text.split("\n") or [""]:
+            for line in text.split("\n"):
                 out += textwrap.wrap(line, self.width - 2, initial_indent="  ", subsequent_indent="  ",
                                      break_long_words=True, replace_whitespace=False) or ["  "]
         return "\n".join(line.rstrip() for line in out)
