@@ -63,6 +63,8 @@ EXACT_CH5 = {
     # 32 conversations, log-uniform lengths from 32 to 2,048, SmolLM's 23,040 bytes per token
     "ch5_scale_reserved": "1.41 GiB", "ch5_q1_bytes": "46,137,344", "ch5_q1_mib": "44 MiB",
     "ch5_q3_tokens": "270", "ch5_q3_share": "56%",
+    # a 576 x 1,536 matrix: 27,648 blocks of 32 numbers, 20 bytes each in Q4_1, 4 bytes a number in float32
+    "ch5_q6_numbers": "884,736", "ch5_q6_q41": "552,960", "ch5_q6_f32": "3,538,944", "ch5_q6_ratio": "6.4",
 }
 EXACT_CH7 = {
     "ch7_greedy_same": "the same", "ch7_greedy_n": "12", "ch7_prompt_len": "12",

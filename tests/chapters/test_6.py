@@ -170,8 +170,8 @@ REAL_SYSTEM = ("You are the help desk of a course on how language models generat
 REAL_QUESTIONS = ["What does the KV cache store?", "What is a language model?",
                   "What is a token?", "What is a prompt?",
                   "Why is generating text slow?", "Why do long prompts need more memory?"]
-REAL_ARRIVALS = [0, 0, 4, 9, 15, 22]
-REAL_BLOCK, REAL_MAX_NEW = 16, 32
+REAL_ARRIVALS = [0, 0, 3, 7, 12, 17]
+REAL_BLOCK, REAL_MAX_NEW = 16, 24
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +246,7 @@ def test_real_requests_share_their_prefix_as_a_plain_count_of_their_tokens_says(
     assert values["ch6_real_common"] == f"{common}" and values["ch6_real_common_blocks"] == f"{common // 16}"
     assert common // 16 >= 2 and sum(hits) >= 4 * (common // 16) * 16      # the four later arrivals hit
     assert values["ch6_real_first"] == "0 and 1" and values["ch6_real_requests"] == "6"
+    assert values["ch6_real_arrivals"] == "0, 0, 3, 7, 12 and 17" and values["ch6_real_max_new"] == "24"
     assert values["ch6_real_same"] == "the same"
     extra = [i for i, h in enumerate(hits) if h > (common // 16) * 16]
     assert values["ch6_real_extra"].startswith("No request") == (not extra)
