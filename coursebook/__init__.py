@@ -12,6 +12,8 @@ A chapter's visible code should teach; the plumbing lives here, out of the reade
   instead of print-formatted columns; ``matrix(M)``: an array as a table;
 * ``fields_table(items)``: dataclass instances as a table (a row per instance, or a row per field
   of one instance), never their repr;
+* ``text_blocks([(label, text), ...])``: texts a model wrote (its replies) as labelled blocks
+  that wrap at the text column;
 * ``vec(x)``: a vector as text, "(0.7517, 1.5035)", for the prose;
 * ``show_source(fn, start, end)``: an engine function's source, highlighted and wrapped to the
   text column, or only the lines the text discusses; it refuses any function an exercise grades
@@ -28,10 +30,11 @@ threads (``kvcache.blas.limit_blas_threads``) after importing it.
 """
 from __future__ import annotations
 
-from .display import Table, fields_table, graded_names, matrix, show_source, source, table, vec
+from .display import (Table, TextBlocks, fields_table, graded_names, matrix, show_source, source, table,
+                      text_blocks, vec)
 from .glue import glue_all, glue_prose
 from .numbers import against_prediction, and_join, growth_word, rel_err, relation_word, times_word
 from .style import setup
 
 __all__ = ["setup", "glue_all", "glue_prose", "Table", "table", "fields_table", "matrix", "vec", "show_source",
-           "source", "graded_names", "rel_err", "times_word", "relation_word", "growth_word", "against_prediction", "and_join"]
+           "source", "text_blocks", "TextBlocks", "graded_names", "rel_err", "times_word", "relation_word", "growth_word", "against_prediction", "and_join"]

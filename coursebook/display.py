@@ -1,10 +1,12 @@
-"""Showing numbers on a page: vectors in the prose, tables and matrices as real tables, and the
-source of an engine function (never one an exercise grades)."""
+"""Showing numbers on a page: vectors in the prose, tables and matrices as real tables, texts a
+model wrote as wrapped blocks, and the source of an engine function (never one an exercise
+grades)."""
 from __future__ import annotations
 
 import html
 import inspect
 import numbers
+import textwrap
 
 
 def vec(x, digits: int = 4, brackets: str = "()") -> str:
@@ -106,6 +108,53 @@ def matrix(M, digits: int = 4, row_label: str = "", col_label: str = "", masked=
         rows.append([f"{row_label} {i}".strip()] + cells)
     header = [""] + [f"{col_label} {j}".strip() for j in range(M.shape[1])]
     return Table(header, rows, [False] + [True] * M.shape[1], caption)
+
+
+TEXT_WIDTH = 78                 # characters of a text block's plain-text line: the column shows about 80
+
+
+class TextBlocks:
+    """Labelled texts for a page (a model's replies): each label over its text, set as prose that
+    wraps at the column's edge on the site and in JupyterLab (never a line that scrolls), and, as
+    plain text, wrapped at ``TEXT_WIDTH`` characters under its label, indented."""
+
+    EMPTY = "(empty)"           # what an empty text shows: a reply that ended at once
+
+    def __init__(self, blocks, width: int = TEXT_WIDTH):
+        self.blocks = [(str(label), str(text) if str(text).strip() else self.EMPTY) for label, text in blocks]
+        self.width = width
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        quote = ("margin: 0.2em 0 0.9em 0; padding: 0.3em 0.8em; border-left: 3px solid #c8c8c8; "
+                 "white-space: pre-wrap; overflow-wrap: anywhere; font-family: inherit")
+        parts = [f'<div class="coursebook-text"><div><strong>{esc(label)}</strong></div>'
+                 f'<blockquote style="{quote}">{esc(text)}</blockquote></div>'
+                 for label, text in self.blocks]
+        return '<div class="coursebook-texts">' + "".join(parts) + "</div>"
+
+    def __str__(self) -> str:
+        out = []
+        for label, text in self.blocks:
+            out += textwrap.wrap(label, self.width) or [""]
+            for line in text.split("\n"):
+                out += textwrap.wrap(line, self.width - 2, initial_indent="  ", subsequent_indent="  ",
+                                     break_long_words=True, replace_whitespace=False) or ["  "]
+        return "\n".join(line.rstrip() for line in out)
+
+    __repr__ = __str__
+
+
+def text_blocks(blocks, width: int = TEXT_WIDTH) -> TextBlocks:
+    """Texts under their labels, ``[(label, text), ...]`` or ``{label: text}``: a model's replies
+    shown as readable, wrapped blocks rather than as strings or as a table's long cells."""
+    items = list(blocks.items()) if isinstance(blocks, dict) else list(blocks)
+    for i, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ValueError(f"text block {i} is not a (label, text) pair: {item!r}")
+    if not isinstance(width, int) or width < 20:
+        raise ValueError(f"width must be a whole number of characters, at least 20, got {width!r}")
+    return TextBlocks(items, width)
 
 
 class GradedSourceError(ValueError):

@@ -9,6 +9,11 @@ implementations (plain float64 numpy, one head, written to be read):
     transformer    a tiny decoder-only transformer around that decode step (the appendix)
     examples       the small worked examples of chapters 1 and 2, as data
 
+The real model (SmolLM2-135M-Instruct from its GGUF file), for the chapters that show text:
+
+    chat           the model read once per process, its file's metadata and tensor types, chat
+                   prompts, replies as text and the rows alive per step (chapters 5 and 6)
+
 Formulas (pure arithmetic, pinned to published figures by the tests):
 
     memory         the bytes of a KV cache, and how many sequences fit beside the weights (chapter 3)

@@ -57,9 +57,14 @@ EXACT_CH5 = {
     "ch5_tiny_bpt_mha": f"{2 * 22 * 32 * 64 * 2:,}", "ch5_tiny_r": "8", "ch5_smol_r": "3",
     "ch5_st_tensors": f"{2 + 4 * 9 + 1}",           # embeddings, head, 9 per layer, the final norm
     "ch5_batch": "8", "ch5_new": "48", "ch5_r": "2",
+    # beam search over the batch of 8 prompts with K = 3: 24 rows, 3 x 1,024 scores, 6 candidates each
+    "ch5_beam_k": "3", "ch5_beam_batch": "8", "ch5_beam_rows": "24", "ch5_beam_scores": "3,072",
+    "ch5_beam_candidates": "6",
     # 32 conversations, log-uniform lengths from 32 to 2,048, SmolLM's 23,040 bytes per token
     "ch5_scale_reserved": "1.41 GiB", "ch5_q1_bytes": "46,137,344", "ch5_q1_mib": "44 MiB",
     "ch5_q3_tokens": "270", "ch5_q3_share": "56%",
+    # a 576 x 1,536 matrix: 27,648 blocks of 32 numbers, 20 bytes each in Q4_1, 4 bytes a number in float32
+    "ch5_q6_numbers": "884,736", "ch5_q6_q41": "552,960", "ch5_q6_f32": "3,538,944", "ch5_q6_ratio": "6.4",
 }
 EXACT_CH7 = {
     "ch7_greedy_same": "the same", "ch7_greedy_n": "12", "ch7_prompt_len": "12",
@@ -141,35 +146,146 @@ def test_ch5_batch_shapes_padding_and_preallocation(ch5):
     assert g["ch5_pad_ratio"] == f"{8 * longest / lengths.sum():.2f}"
     assert g["ch5_pad_agree"] in ("exactly",) or g["ch5_pad_agree"].startswith("to ")
     assert number(g["ch5_pad_time_ratio"]) > 0 and "ms packed" in g["ch5_pad_time_words"]
-    # the cache: 8 rows of L_max positions, keys and values of 2 heads of 32 float32, 4 layers
-    alloc = 8 * (longest + new) * 2 * 4 * 2 * 32 * 4
-    assert g["ch5_alloc"] == f"{alloc / 2**20:.2f} MiB".replace(".00 MiB", " MiB")
-    assert 0 < number(g["ch5_used_end"]) <= number(g["ch5_used_peak"]) <= 100
-    assert 0 < number(g["ch5_written_share"]) <= 100
     rng = np.random.default_rng(11)
     conversations = np.exp(rng.uniform(np.log(32), np.log(2048), 32)).astype(int)
     assert g["ch5_scale_waste"] == f"{1 - conversations.sum() / (32 * 2048):.0%}"
     assert g["ch5_scale_median"] == f"{int(np.median(conversations)):,}"
 
 
-def test_ch5_eos_mid_batch(ch5):
+# the real model's batch of chapter 5: the questions, the limit, the chat template's form
+QUESTIONS = [
+    "What is the capital of France?",
+    "What does a cache do in a computer? Answer in one sentence.",
+    "Say hello.",
+    "Name three colours.",
+    "Write a haiku about the sea.",
+    "Here is a short text: 'When a language model writes a reply, it produces one token at "
+    "a time, and every new token looks back at all the tokens before it.' Summarise it in "
+    "one sentence.",
+]
+MAX_NEW = 32
+SMOLLM_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"   # its model card's
+
+
+def smollm_flops(n, L=30, H=9, G=3, d=64, D=576, F=1536, V=49152):
+    """One decode step of SmolLM2-135M for a token at position n (n cached positions): twice the
+    matrices' parameters per layer, attention's 4 H d n, the head's 2 D V; by hand."""
+    matrices = D * H * d + 2 * D * G * d + H * d * D + 3 * D * F
+    return L * (2 * matrices + 4 * H * d * n) + 2 * D * V
+
+
+def stream_text(nb):
+    return "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def plain_outputs(nb):
+    return [o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
+            if "text/plain" in o.get("data", {})]
+
+
+@pytest.fixture(scope="module")
+def alone():
+    """Each question of the chapter's batch generated on its own (a batch of one: no padding, no
+    row ever leaving), with the model and tokenizer read from the file here."""
+    from kvcache.blas import limit_blas_threads
+    limit_blas_threads(1)
+    from kvcache.generate import greedy
+    from kvcache.models import load_with_tokenizer
+    model, tokenizer = load_with_tokenizer("smollm2-135m-instruct")
+    eos = tokenizer.eos_token_id
+    prompts = [tokenizer.encode(f"<|im_start|>system\n{SMOLLM_SYSTEM}<|im_end|>\n<|im_start|>user\n{q}"
+                                f"<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+               for q in QUESTIONS]
+    outputs = [greedy(model, [p], MAX_NEW, eos_token_id=eos)[0] for p in prompts]
+    return prompts, outputs, [tokenizer.decode(o).strip() for o in outputs], eos
+
+
+def test_ch5_the_gguf_file_as_its_reader_sees_it(ch5):
+    """The file read here with the gguf package alone: tensors by type, with ggml's block sizes
+    (Q4_1: 2 float16 + 32 nibbles = 20 bytes per 32 numbers; Q8_0: 2 + 32 = 34), its tokenizer's
+    special ids, and the float32 model the engine holds (4 bytes per parameter counted by hand)."""
+    import gguf
+    from kvcache.models import model_path
     _, g = ch5
-    finished = int(g["ch5_eos_finished"])
-    assert 1 <= finished <= 8
-    assert number(g["ch5_generated"]) <= number(g["ch5_generated_free"]) == 8 * 48
-    assert 0 < number(g["ch5_eos_flops_share"]) <= 100
-    assert 1 <= int(g["ch5_eos_last_live"]) <= 8 and 1 <= int(g["ch5_steps"]) <= 48
-    ids = g["ch5_eos_ids"].split(", ")
-    assert len(ids) == len(set(ids)) >= 1 and all(i.isdigit() for i in ids)
-    listed = ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
-    assert g["ch5_eos_sentence"] == (f"The {len(ids)} EOS ids are {listed}" if len(ids) > 1 else f"The EOS id is {listed}")
-    assert g["ch5_eos_batch"] == "8" and finished <= int(g["ch5_eos_batch"])
-    assert number(g["ch5_step_full_ms"]) > 0 and number(g["ch5_step_one_ms"]) > 0
-    longest = int(g["ch5_longest"])
-    order = np.random.default_rng(5).permutation(np.linspace(longest // 8, longest, 8).round().astype(int))
-    share = cached_flops(order[0] + 1) / sum(cached_flops(n + 1) for n in order)
+    path = model_path("smollm2-135m-instruct")
+    reader = gguf.GGUFReader(str(path))
+    types = [t.tensor_type.name for t in reader.tensors]
+    assert g["ch5_gguf_tensors"] == f"{len(types)}" and g["ch5_gguf_q41_tensors"] == f"{types.count('Q4_1')}"
+    assert g["ch5_gguf_q41_bits"] == f"{8 * 20 / 32:.2f}" and g["ch5_gguf_q80_bits"] == f"{8 * 34 / 32:.2f}"
+    size = path.stat().st_size
+    assert g["ch5_gguf_size"] == f"{size / 2**20:.2f} MiB"
+    params = llama_parameters(49152, 576, 1536, 30, 9, 3, 64, True)
+    assert g["ch5_gguf_params"] == f"{params:,}" and g["ch5_gguf_held"] == f"{4 * params / 2**20:.2f} MiB"
+    assert g["ch5_gguf_growth"] == f"{4 * params / size:.1f}" and g["ch5_gguf_dtype"] == "float32"
+    assert g["ch5_gguf_context"] == "8,192" and g["ch5_gguf_theta"] == "100,000"
+    field = reader.fields["tokenizer.ggml.eos_token_id"]
+    eos = int(field.parts[field.data[0]][0])
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    spelled = [bytes(tokens.parts[i]).decode() for i in tokens.data]
+    assert spelled[eos] == "<|im_end|>" and g["ch5_eos_id"] == f"{eos}" == g["ch5_im_end"]
+    assert g["ch5_im_start"] == f"{spelled.index('<|im_start|>')}"
+    template = reader.fields["tokenizer.chat_template"]
+    assert g["ch5_template_chars"] == f"{len(bytes(template.parts[template.data[0]]).decode()):,}"
+
+
+def test_ch5_the_chat_template_renders_the_turns_of_the_model_card(ch5):
+    nb, g = ch5
+    rendered = (f"<|im_start|>system\n{SMOLLM_SYSTEM}<|im_end|>\n<|im_start|>user\n"
+                "What is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    assert rendered in stream_text(nb)
+    assert g["ch5_default_system"] == SMOLLM_SYSTEM
+    assert g["ch5_special_count"] == f"{rendered.count('<|im_')}"
+    assert int(g["ch5_chat_tokens"]) > g["ch5_default_system"].count(" ") + 6
+
+
+def test_ch5_eos_mid_batch_gives_each_question_its_own_reply(ch5, alone):
+    """The batch (padded, rows leaving at EOS) against each question run alone: the same text,
+    the same lengths; the rows alive, the steps and the FLOPs follow from those lengths."""
+    nb, g = ch5
+    prompts, outputs, texts, eos = alone
+    lengths = [len(o) for o in outputs]
+    shown = [t for t in plain_outputs(nb) if t.startswith("0. " + QUESTIONS[0])]
+    assert len(shown) == 1
+    flat = " ".join(shown[0].split())
+    for q, text in zip(QUESTIONS, texts):
+        assert " ".join(text.split()) in flat, text
+    ended = [o[-1] == eos for o in outputs]
+    assert 0 < sum(ended) < len(QUESTIONS)            # some end mid-batch, some reach the limit
+    assert g["ch5_eos_finished"] == f"{sum(ended)}" and g["ch5_eos_batch"] == f"{len(QUESTIONS)}"
+    ends = sorted(n for n, e in zip(lengths, ended) if e)
+    assert g["ch5_eos_steps_list"] == (", ".join(map(str, ends[:-1])) + f" and {ends[-1]}" if len(ends) > 1
+                                       else f"{ends[0]}")
+    assert all(n == MAX_NEW for n, e in zip(lengths, ended) if not e)
+    assert g["ch5_generated"] == f"{sum(lengths):,}" and g["ch5_generated_free"] == f"{len(QUESTIONS) * MAX_NEW:,}"
+    assert g["ch5_steps"] == f"{max(lengths)}" and g["ch5_eos_max_new"] == f"{MAX_NEW}"
+    assert g["ch5_eos_last_live"] == f"{sum(n == max(lengths) for n in lengths)}"
+    T = [len(p) for p in prompts]
+    assert g["ch5_eos_shortest"] == f"{min(T)}" and g["ch5_eos_longest"] == f"{max(T)}"
+    assert g["ch5_eos_pad_tokens"] == f"{len(T) * max(T) - sum(T):,}"
+    free = sum(smollm_flops(t + k) for t in T for k in range(1, MAX_NEW))
+    used = sum(smollm_flops(t + k) for t, n in zip(T, lengths) for k in range(1, n))
+    assert g["ch5_eos_flops_share"] == f"{used / free:.0%}"
+    share = smollm_flops(T[0] + 1) / sum(smollm_flops(t + 1) for t in T)
     assert g["ch5_flop_one_share"] == f"{share:.0%}"
-    assert "of the FLOPs" in g["ch5_step_words"]
+    # the preallocated cache of the run: 6 rows of (longest prompt + 32) positions, 30 layers of
+    # 3 key/value heads of 64 float32, keys and values
+    alloc = len(T) * (max(T) + MAX_NEW) * 2 * 30 * 3 * 64 * 4
+    assert g["ch5_alloc"] == f"{alloc / 2**20:.2f} MiB".replace(".00 MiB", " MiB")
+    assert g["ch5_written_share"] == f"{sum(t + n for t, n in zip(T, lengths)) / (len(T) * (max(T) + MAX_NEW)):.0%}"
+    assert 0 < number(g["ch5_used_end"]) <= number(g["ch5_used_peak"]) <= 100
+    table = [t for t in plain_outputs(nb) if t.startswith("sequence  prompt tokens  reply tokens")]
+    assert len(table) == 1
+    rows = [line.split(None, 3) for line in table[0].splitlines()[2:]]
+    assert [(int(r[1]), int(r[2]), r[3]) for r in rows] == [
+        (t, n, "end of turn (EOS)" if e else "length limit") for t, n, e in zip(T, lengths, ended)]
+
+
+def test_ch5_the_measured_steps_are_reported_in_words_that_follow_them(ch5):
+    _, g = ch5
+    assert number(g["ch5_step_full_ms"]) > 0 and number(g["ch5_step_one_ms"]) > 0
+    assert "of the FLOPs" in g["ch5_step_words"] and g["ch5_step_words"].startswith("A step of 6 sequences")
+    assert g["ch5_chat_weights"] == g["ch5_gguf_held"]
+    assert number(g["ch5_select_copied"].split()[0]) > 0
     assert g["ch5_plan"].startswith("Prompts of up to") and "free" in g["ch5_plan"]
 
 

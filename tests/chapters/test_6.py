@@ -9,7 +9,10 @@ states is pinned.
 * the preallocated runs against a simulation written here, which knows nothing of blocks: a
   fixed number of slots, first come first served;
 * the measured figures (step times, the throughput that follows) for being positive and
-  consistent with their words, never for a speed.
+  consistent with their words, never for a speed;
+* the stream of real chat requests: its prompts rebuilt here from the chat template's form and
+  the tokenizer, and the prefix hits, the prefill saved and the blocks in use counted from those
+  token streams by a plain simulation that knows nothing of hashes or of the allocator.
 """
 from __future__ import annotations
 
@@ -158,3 +161,118 @@ def test_the_chapter_links_its_exercise_and_teaches_the_allocator_by_its_calls()
     assert "../../exercises/BlockAllocator.ipynb" in text
     assert "show_source" not in text and "getsource" not in text
     assert (ROOT / "exercises" / "BlockAllocator.ipynb").exists()
+
+
+# the stream of real requests: the system turn, the questions and their arrival steps
+REAL_SYSTEM = ("You are the help desk of a course on how language models generate text: "
+               "tokens, attention, the KV cache, batches and memory. Answer the learner's "
+               "question in one short sentence, in plain English.")
+REAL_QUESTIONS = ["What does the KV cache store?", "What is a language model?",
+                  "What is a token?", "What is a prompt?",
+                  "Why is generating text slow?", "Why do long prompts need more memory?"]
+REAL_ARRIVALS = [0, 0, 3, 7, 12, 17]
+REAL_BLOCK, REAL_MAX_NEW = 16, 24
+
+
+@pytest.fixture(scope="module")
+def real_prompts():
+    """The requests' token streams: each question in the chat template's turns (ChatML, as the
+    model card writes them), encoded by the file's tokenizer."""
+    from kvcache.models import model_path
+    from kvcache.tokenizer import Tokenizer
+    tokenizer = Tokenizer.from_gguf(model_path("smollm2-135m-instruct"))
+    return [tokenizer.encode(f"<|im_start|>system\n{REAL_SYSTEM}<|im_end|>\n<|im_start|>user\n{q}<|im_end|>\n"
+                             "<|im_start|>assistant\n", add_special_tokens=False) for q in REAL_QUESTIONS]
+
+
+def common_prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def prefix_hits(prompts, arrivals, block=REAL_BLOCK):
+    """Tokens each request finds cached, counted plainly: the whole blocks of its prompt that
+    agree with the prompt of a request admitted at an earlier step (every request is admitted
+    when it arrives), its last token always computed."""
+    hits = []
+    for i, p in enumerate(prompts):
+        earlier = [q for j, q in enumerate(prompts) if arrivals[j] < arrivals[i]]
+        agree = max((common_prefix(p, q) for q in earlier), default=0)
+        hits.append(block * min(agree // block, (len(p) - 1) // block))
+    return hits
+
+
+def blocks_in_use(prompts, arrivals, replies, hits, block=REAL_BLOCK):
+    """The pool's blocks in use at each step: request i runs from its arrival for its reply's
+    length and holds ceil((prompt + steps run) / block) blocks; with ``hits`` its first hit
+    blocks are those of the earliest request it agrees with, held once however many name them."""
+    def owner(i, k):
+        if k * block >= hits[i]:
+            return i
+        return min(j for j in range(len(prompts)) if arrivals[j] < arrivals[i]
+                   and common_prefix(prompts[i], prompts[j]) >= (k + 1) * block)
+
+    series = []
+    for t in range(max(a + n for a, n in zip(arrivals, replies))):
+        held = set()
+        for i, (p, a, n) in enumerate(zip(prompts, arrivals, replies)):
+            if a <= t < a + n:
+                held |= {(owner(i, k), k) for k in range(math.ceil((len(p) + t - a) / block))}
+        series.append(len(held))
+    return series
+
+
+def real_table(nb):
+    """(request, arrival, prompt tokens, found cached, computed, reply tokens) as the page shows them."""
+    shown = [o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
+             if o.get("data", {}).get("text/plain", "").startswith("request  arrives at step")]
+    assert len(shown) == 1
+    return [tuple(int(x) for x in line.split()) for line in shown[0].splitlines()[2:]]
+
+
+def test_real_requests_share_their_prefix_as_a_plain_count_of_their_tokens_says(chapter, real_prompts):
+    nb, values = chapter
+    rows = real_table(nb)
+    assert [r[1] for r in rows] == REAL_ARRIVALS and [r[2] for r in rows] == [len(p) for p in real_prompts]
+    hits = prefix_hits(real_prompts, REAL_ARRIVALS)
+    assert [r[3] for r in rows] == hits and [r[4] for r in rows] == [len(p) - h for p, h in zip(real_prompts, hits)]
+    total = sum(len(p) for p in real_prompts)
+    assert values["ch6_real_hit"] == f"{sum(hits) / total:.0%}"
+    assert values["ch6_real_saved"] == f"{sum(hits):,}" and values["ch6_real_plain"] == f"{total:,}"
+    assert values["ch6_real_saved_share"] == f"{sum(hits) / total:.0%}"
+    common = min(common_prefix(real_prompts[0], p) for p in real_prompts[1:])
+    assert values["ch6_real_common"] == f"{common}" and values["ch6_real_common_blocks"] == f"{common // 16}"
+    assert common // 16 >= 2 and sum(hits) >= 4 * (common // 16) * 16      # the four later arrivals hit
+    assert values["ch6_real_first"] == "0 and 1" and values["ch6_real_requests"] == "6"
+    assert values["ch6_real_arrivals"] == "0, 0, 3, 7, 12 and 17" and values["ch6_real_max_new"] == "24"
+    assert values["ch6_real_same"] == "the same"
+    extra = [i for i, h in enumerate(hits) if h > (common // 16) * 16]
+    assert values["ch6_real_extra"].startswith("No request") == (not extra)
+
+
+def test_real_requests_hold_fewer_blocks_when_they_share(chapter, real_prompts):
+    nb, values = chapter
+    replies = [r[5] for r in real_table(nb)]
+    assert all(1 <= n <= REAL_MAX_NEW for n in replies)
+    ended = int(values["ch6_real_ended"])               # a reply short of the limit ended at EOS
+    assert sum(n < REAL_MAX_NEW for n in replies) <= ended <= len(replies)
+    alone = blocks_in_use(real_prompts, REAL_ARRIVALS, replies, [0] * len(replies))
+    shared = blocks_in_use(real_prompts, REAL_ARRIVALS, replies, prefix_hits(real_prompts, REAL_ARRIVALS))
+    assert values["ch6_real_peak_alone"] == f"{max(alone)}"
+    assert values["ch6_real_peak_sharing"] == f"{max(shared)}"
+    assert max(shared) < max(alone)
+
+
+def test_the_real_replies_are_shown_as_text_under_their_questions(chapter):
+    nb, _ = chapter
+    shown = [o["data"]["text/plain"] for c in nb.cells for o in c.get("outputs", [])
+             if o.get("data", {}).get("text/plain", "").startswith("0. " + REAL_QUESTIONS[0])]
+    assert len(shown) == 1
+    lines = shown[0].splitlines()
+    assert all(len(line) <= 78 for line in lines)
+    for i, q in enumerate(REAL_QUESTIONS):
+        assert f"{i}. {q} (arrives at step {REAL_ARRIVALS[i]})" in lines
+    replies = [line for line in lines if line.startswith("  ")]
+    assert len(replies) >= len(REAL_QUESTIONS) and all(line.strip() for line in replies)

@@ -289,3 +289,27 @@ def test_fields_table_shows_dataclasses_as_tables_not_reprs():
         fields_table(shapes, formats={"size": ","})
     with pytest.raises(ValueError, match="at least one"):
         fields_table([])
+
+
+def test_text_blocks_wrap_replies_under_their_labels():
+    """A model's replies: each label over its text; the plain text wrapped at 78 characters and
+    indented, the text's own line breaks kept; the HTML escaped and set to wrap, never to scroll."""
+    from coursebook import text_blocks
+
+    long = "The KV cache keeps the keys and values of every earlier token, " * 4
+    blocks = text_blocks([("0. What is a KV cache?", long.strip()), ("1. A haiku <sea>", "one\ntwo & three"),
+                          ("2. Nothing", "")])
+    lines = str(blocks).splitlines()
+    assert lines[0] == "0. What is a KV cache?" and all(len(line) <= 78 for line in lines)
+    first = lines[1:lines.index("1. A haiku <sea>")]
+    assert len(first) > 2 and all(line.startswith("  ") for line in first)
+    assert " ".join(line.strip() for line in first) == " ".join(long.split())
+    assert lines[lines.index("1. A haiku <sea>") + 1:] == ["  one", "  two & three", "2. Nothing", "  (empty)"]
+    page = blocks._repr_html_()
+    assert "1. A haiku &lt;sea&gt;" in page and "two &amp; three" in page
+    assert page.count("<blockquote") == 3 and "white-space: pre-wrap" in page
+    assert str(text_blocks({"label": "text"})) == "label\n  text"
+    with pytest.raises(ValueError, match="text block 1 is not a \\(label, text\\) pair"):
+        text_blocks([("a", "b"), "c"])
+    with pytest.raises(ValueError, match="width"):
+        text_blocks([("a", "b")], width=5)
