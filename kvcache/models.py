@@ -75,7 +75,8 @@ def load_with_tokenizer(name_or_path, dtype="float32"):
     """(Model, Tokenizer or None) of a model name, a GGUF file or a save_pretrained folder.
 
     A GGUF file is opened once for both (its reader parses the whole vocabulary); a folder's
-    tokenizer is its tokenizer.json (None when it has none)."""
+    tokenizer is its tokenizer.json (None when it has none).  The tensors read are handed to
+    the model (``Model.from_hf(..., consume=True)``): each is freed once copied."""
     from .gguf_file import is_gguf, open_gguf, read_model
     from .model import Model
     from .tokenizer import Tokenizer, load_tokenizer
@@ -83,6 +84,8 @@ def load_with_tokenizer(name_or_path, dtype="float32"):
     path = resolve(name_or_path)
     if is_gguf(path):
         reader = open_gguf(path)
+        tokenizer = Tokenizer.from_gguf(reader)
         config, state = read_model(reader, dtype)
-        return Model.from_hf(state, config, dtype), Tokenizer.from_gguf(reader)
+        del reader                      # unmaps the file: its pages leave memory before the model fills
+        return Model.from_hf(state, config, dtype, consume=True), tokenizer
     return Model.load(path, dtype=dtype), load_tokenizer(path)
