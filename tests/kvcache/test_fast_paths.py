@@ -124,7 +124,7 @@ def test_prefill_attention_stays_in_float32(monkeypatch):
     seen = []
     monkeypatch.setattr(gqa, "softmax_inplace", lambda s, f=gqa.softmax_inplace: seen.append(s.dtype) or f(s))
     rng = np.random.default_rng(7)
-    T, H, G, d = 600, 6, 2, 16                                    # two query blocks
+    T, H, G, d = gqa.QUERY_BLOCK + 88, 6, 2, 16                   # two query blocks
     q, k, v = rng.standard_normal((T, H, d)), rng.standard_normal((T, G, d)), rng.standard_normal((T, G, d))
     want = gqa.causal_attention(q, k, v)
     assert seen == [np.float64, np.float64]                       # float64 in, float64 throughout
