@@ -302,9 +302,10 @@ class Model:
 
     def _layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
                plan: StepPlan | None = None):
-        """x (N, D) -> (N, D), updated in place (the residual stream).  Without a cache the N tokens are one sequence and attend causally
-        to each other; with one, the step's keys and values are written into the layer's cache
-        and its queries attend to it, as the step's ``plan`` says (``KVCache.reserve``)."""
+        """x (N, D) -> (N, D), updated in place (x is the residual stream, the model's own array).
+        Without a cache the N tokens are one sequence and attend causally to each other; with one,
+        the step's keys and values are written into the layer's cache and its queries attend to
+        it, as the step's ``plan`` says (``KVCache.reserve``)."""
         cfg = self.config
         N = x.shape[0]
         h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)
@@ -318,7 +319,7 @@ class Model:
         else:
             cache.update(k, v, plan)
             o = cache.attend(q, plan)                                   # (N, H, d)
-        x += linear(o.reshape(N, cfg.q_width), w.wo)                   # x is the layer's own (N, D)
+        x += linear(o.reshape(N, cfg.q_width), w.wo)
         x += swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
         return x
 
