@@ -221,7 +221,7 @@ def _layer_weights(arrays: dict[str, np.ndarray], prefix: str, dt: np.dtype, sta
         return _take(arrays, [prefix + n for n in names], state_dict, consume)
 
     def vector(name):
-        return np.array(take(name)[0], dtype=dt)
+        return np.asarray(take(name)[0], dtype=dt)
 
     return LayerWeights(
         attn_norm=vector("input_layernorm.weight"),
@@ -266,11 +266,17 @@ class Model:
         if not hasattr(state_dict, "keys"):
             raise TypeError(f"state_dict must map tensor names to arrays, got {type(state_dict).__name__}")
         arrays = _checked_arrays(state_dict, cfg, dt)
+        # The norm gains first: small, and in a GGUF file views of its memory map, which is
+        # released (its pages leave memory) once nothing refers to it, before the matrices fill.
+        for name in [n for n in arrays if n.endswith("norm.weight")]:
+            arrays[name] = np.array(arrays[name], dtype=dt)
+            if consume:
+                state_dict.pop(name, None)
         if consume and cfg.tie_word_embeddings:
             state_dict.pop("lm_head.weight", None)            # the table's copy, checked equal above
         layers = [_layer_weights(arrays, f"model.layers.{i}.", dt, state_dict, consume)
                   for i in range(cfg.num_hidden_layers)]
-        norm = np.array(_take(arrays, ["model.norm.weight"], state_dict, consume)[0], dtype=dt)
+        norm = np.asarray(_take(arrays, ["model.norm.weight"], state_dict, consume)[0], dtype=dt)
         embed = _stacked(_take(arrays, ["model.embed_tokens.weight"], state_dict, consume), dt)
         head = embed if cfg.tie_word_embeddings else \
             _stacked(_take(arrays, ["lm_head.weight"], state_dict, consume), dt)
