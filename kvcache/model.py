@@ -24,7 +24,12 @@ Two ways to run it:
 
 Weights keep transformers' orientation, (out, in), and products are x W^T (``kvcache.linear``).
 The query, key and value projections are stacked into one (H d + 2 G d, D) matrix and gate/up
-into one (2F, D): one matrix product each instead of three and two.
+into one (2F, D): one matrix product each instead of three and two.  Every matrix, the embedding
+table (the output layer when tied) included, is stored transposed: the (out, in) view of an
+(in, out) buffer, the layout in which x W^T streams W fastest (``kvcache.linear``).  Loading
+copies each tensor once, cast to the model's dtype in that copy; a loader's own state dict is
+emptied as the model fills (``from_hf(..., consume=True)``), so the two never both hold every
+weight.  The residual stream x is the model's own array, updated in place by each layer.
 
 Dtypes (``MODEL_DTYPES``): float64 for exact comparisons, float32 for speed, and float16 or
 bfloat16 (``kvcache.half``), whose weight matrices and embeddings are stored at 2 bytes a value
@@ -122,9 +127,15 @@ def random_state_dict(config, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def _to_numpy(value):
-    """A numpy array from an array, a list, or a tensor of a framework that has ``.detach()``."""
-    if hasattr(value, "detach"):                 # a torch tensor: through float64, whatever its dtype
-        value = value.detach().cpu().double().numpy()
+    """A numpy array from an array, a list, or a tensor of a framework that has ``.detach()``.
+
+    A torch tensor is read in its own dtype where numpy has it (float32, float16, float64: no
+    copy on the CPU), bfloat16 widened to float32 (exact); the model casts once, to its dtype."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":
+            value = value.float()
+        value = value.numpy()
     return np.asarray(value)
 
 
@@ -161,9 +172,9 @@ class LayerWeights:
 
 
 def _checked_arrays(state_dict, cfg: ModelConfig, dt: np.dtype) -> dict[str, np.ndarray]:
-    """The tensors of ``state_dict`` as arrays of dtype ``dt``, or a StateDictError listing every
-    problem at once (missing, unexpected, wrong shape, not numbers, not finite, an untied head
-    beside tied embeddings)."""
+    """The tensors of ``state_dict`` as arrays (as given: cast later, once, as they are copied
+    into the model), or a StateDictError listing every problem at once (missing, unexpected,
+    wrong shape, not numbers, not finite, an untied head beside tied embeddings)."""
     expected = hf_parameter_shapes(cfg)
     given = {name: state_dict[name] for name in state_dict.keys()}
     tied_head = given.pop("lm_head.weight", None) if cfg.tie_word_embeddings else None
@@ -176,11 +187,12 @@ def _checked_arrays(state_dict, cfg: ModelConfig, dt: np.dtype) -> dict[str, np.
             if problem:
                 problems.append(problem)
             else:
-                arrays[name] = _stored(name, arr, dt)
+                arrays[name] = arr
     if tied_head is not None and "model.embed_tokens.weight" in arrays:
         head = _to_numpy(tied_head)
         if head.shape != expected["model.embed_tokens.weight"] or \
-                not np.array_equal(head.astype(dt), arrays["model.embed_tokens.weight"]):
+                not np.array_equal(head.astype(dt, copy=False),
+                                   arrays["model.embed_tokens.weight"].astype(dt, copy=False)):
             problems.append("unexpected lm_head.weight: tie_word_embeddings is true and it differs from "
                             "model.embed_tokens.weight")
     if problems:
@@ -204,17 +216,46 @@ def _checked_array(name: str, value, shape: tuple) -> tuple[np.ndarray | None, s
     return arr, ""
 
 
-def _layer_weights(arrays: dict[str, np.ndarray], prefix: str) -> LayerWeights:
-    """One layer's weights, stacked: q, k, v rows into wqkv, gate and up rows into w_gate_up."""
-    w = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+def _stacked(parts: list[np.ndarray], dt: np.dtype) -> np.ndarray:
+    """The rows of ``parts`` (each (rows_i, in)) stacked into one (sum rows_i, in) matrix of dtype
+    ``dt``, stored transposed: the (out, in) view of a C-contiguous (in, out) buffer, the layout
+    ``kvcache.linear`` multiplies fastest.  One copy, the cast included."""
+    rows = sum(len(p) for p in parts)
+    out = np.empty((parts[0].shape[1], rows), dt).T                # (out, in) view of (in, out)
+    lo = 0
+    for p in parts:
+        out[lo:lo + len(p)] = p
+        lo += len(p)
+    return out
+
+
+def _take(arrays: dict[str, np.ndarray], names: list[str], state_dict, consume: bool) -> list[np.ndarray]:
+    """The arrays of ``names``, removed from ``arrays`` (and from ``state_dict`` when ``consume``),
+    so that each source tensor is freed once it is copied into the model."""
+    taken = [arrays.pop(name) for name in names]
+    if consume:
+        for name in names:
+            state_dict.pop(name, None)
+    return taken
+
+
+def _layer_weights(arrays: dict[str, np.ndarray], prefix: str, dt: np.dtype, state_dict=None,
+                   consume: bool = False) -> LayerWeights:
+    """One layer's weights, stacked: q, k, v rows into wqkv, gate and up rows into w_gate_up, every
+    matrix stored transposed (``_stacked``), the sources dropped as they are copied."""
+    def take(*names):
+        return _take(arrays, [prefix + n for n in names], state_dict, consume)
+
+    def vector(name):                        # a norm gain, already as the model keeps it (from_hf)
+        return take(name)[0]
+
     return LayerWeights(
-        attn_norm=w["input_layernorm.weight"],
-        wqkv=np.concatenate([w["self_attn.q_proj.weight"], w["self_attn.k_proj.weight"],
-                             w["self_attn.v_proj.weight"]]),
-        wo=w["self_attn.o_proj.weight"],
-        mlp_norm=w["post_attention_layernorm.weight"],
-        w_gate_up=np.concatenate([w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"]]),
-        w_down=w["mlp.down_proj.weight"])
+        attn_norm=vector("input_layernorm.weight"),
+        wqkv=_stacked(take("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), dt),
+        wo=_stacked(take("self_attn.o_proj.weight"), dt),
+        mlp_norm=vector("post_attention_layernorm.weight"),
+        w_gate_up=_stacked(take("mlp.gate_proj.weight", "mlp.up_proj.weight"), dt),
+        w_down=_stacked(take("mlp.down_proj.weight"), dt))
 
 
 class Model:
@@ -237,23 +278,38 @@ class Model:
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def from_hf(cls, state_dict: dict, config, dtype=np.float32) -> "Model":
+    def from_hf(cls, state_dict: dict, config, dtype=np.float32, consume: bool = False) -> "Model":
         """A model from transformers' LlamaForCausalLM tensors and its config.json dict.
 
         ``state_dict`` maps transformers' names to arrays (numpy, or torch tensors).  Every problem
         is reported at once, each tensor by name: missing, unexpected, wrong shape, not numbers,
         not finite.  ``lm_head.weight`` may accompany tied embeddings only if it equals the
         embedding table (as ``model.state_dict()`` of a tied model has it).
+
+        Each tensor is copied once into the model, cast to ``dtype`` in that copy.  ``state_dict``
+        is left alone, unless ``consume``: then each tensor is removed from it as soon as it is
+        copied (a loader's own dict), so the dict and the model never both hold every weight.
         """
         cfg = ModelConfig.from_dict(config)
         dt = _dtype(dtype)
         if not hasattr(state_dict, "keys"):
             raise TypeError(f"state_dict must map tensor names to arrays, got {type(state_dict).__name__}")
         arrays = _checked_arrays(state_dict, cfg, dt)
-        layers = [_layer_weights(arrays, f"model.layers.{i}.") for i in range(cfg.num_hidden_layers)]
-        embed = arrays["model.embed_tokens.weight"]
-        head = embed if cfg.tie_word_embeddings else arrays["lm_head.weight"]
-        return cls(cfg, embed, layers, arrays["model.norm.weight"], head)
+        # The norm gains first: small, and in a GGUF file views of its memory map, which is
+        # released (its pages leave memory) once nothing refers to it, before the matrices fill.
+        for name in [n for n in arrays if n.endswith("norm.weight")]:
+            arrays[name] = np.array(_stored(name, arrays[name], dt))     # a copy, never a view
+            if consume:
+                state_dict.pop(name, None)
+        if consume and cfg.tie_word_embeddings:
+            state_dict.pop("lm_head.weight", None)            # the table's copy, checked equal above
+        layers = [_layer_weights(arrays, f"model.layers.{i}.", dt, state_dict, consume)
+                  for i in range(cfg.num_hidden_layers)]
+        norm = _take(arrays, ["model.norm.weight"], state_dict, consume)[0]
+        embed = _stacked(_take(arrays, ["model.embed_tokens.weight"], state_dict, consume), dt)
+        head = embed if cfg.tie_word_embeddings else \
+            _stacked(_take(arrays, ["lm_head.weight"], state_dict, consume), dt)
+        return cls(cfg, embed, layers, norm, head)
 
     @classmethod
     def load(cls, path, dtype=np.float32) -> "Model":
@@ -265,17 +321,17 @@ class Model:
         path = resolve(path)
         if is_gguf(path):
             config, state = read_model(path, _dtype(dtype))
-            return cls.from_hf(state, config, dtype)
+            return cls.from_hf(state, config, dtype, consume=True)
         config = read_config(path)
         cfg = ModelConfig.from_dict(config)        # refuse an unsupported model before reading tensors
-        return cls.from_hf(read_state_dict(path), cfg, dtype)
+        return cls.from_hf(read_state_dict(path), cfg, dtype, consume=True)
 
     @classmethod
     def random(cls, config, seed: int = 0, dtype=np.float32) -> "Model":
         """A model with random weights (``random_state_dict``, fixed seed), for the chapters and
         the benchmarks."""
         cfg = ModelConfig.from_dict(config)
-        return cls.from_hf(random_state_dict(cfg, seed), cfg, dtype)
+        return cls.from_hf(random_state_dict(cfg, seed), cfg, dtype, consume=True)
 
     def astype(self, dtype) -> "Model":
         """The same model with its weights at ``dtype``: each value rounded to it, as loading the
@@ -296,9 +352,10 @@ class Model:
 
     def _layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
                plan: StepPlan | None = None):
-        """x (N, D) -> (N, D).  Without a cache the N tokens are one sequence and attend causally
-        to each other; with one, the step's keys and values are written into the layer's cache
-        and its queries attend to it, as the step's ``plan`` says (``KVCache.reserve``)."""
+        """x (N, D) -> (N, D), updated in place (x is the residual stream, the model's own array).
+        Without a cache the N tokens are one sequence and attend causally to each other; with one,
+        the step's keys and values are written into the layer's cache and its queries attend to
+        it, as the step's ``plan`` says (``KVCache.reserve``)."""
         cfg = self.config
         N = x.shape[0]
         h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)
@@ -312,12 +369,17 @@ class Model:
         else:
             cache.update(k, v, plan)
             o = cache.attend(q, plan)                                   # (N, H, d)
-        x = x + linear(o.reshape(N, cfg.q_width), w.wo)
-        return x + swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
+        x += linear(o.reshape(N, cfg.q_width), w.wo)
+        x += swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
+        return x
 
-    def _embed(self, ids: np.ndarray) -> np.ndarray:
-        """The embedding rows of ids (N,) in the compute dtype: (N, D) (exact for 2-byte rows)."""
-        return self.embed[ids].astype(self.compute_dtype, copy=False)
+    def _embed_rows(self, ids: np.ndarray) -> np.ndarray:
+        """The embedding table's rows ``ids``: (N,) -> (N, D), a new C-contiguous array (the
+        residual stream every layer updates in place).  The table is stored transposed, (D, V)
+        in memory, as the output layer it also is multiplies fastest: the rows are gathered as
+        columns of that buffer, in the compute dtype."""
+        rows = np.ascontiguousarray(self.embed.T[:, ids].T)
+        return rows.astype(self.compute_dtype, copy=False)             # exact for 2-byte rows
 
     def _head(self, x):
         """Final norm and output layer: (n, D) -> (n, V)."""
@@ -350,7 +412,7 @@ class Model:
         if T > self.config.max_position_embeddings:
             raise ValueError(f"{T} tokens exceed max_position_embeddings ({self.config.max_position_embeddings})")
         cos, sin = self._rope(np.arange(T))
-        x = self._embed(ids)                                            # (T, D)
+        x = self._embed_rows(ids)                                       # (T, D)
         for w in self.layers:
             x = self._layer(x, w, cos, sin)
         return x
@@ -412,7 +474,7 @@ class Model:
     def _hidden_cached(self, ids: np.ndarray, plan: StepPlan, cache: KVCache) -> np.ndarray:
         """The final hidden states (N, D) of the step's tokens, writing their keys and values."""
         cos, sin = self._rope(plan.positions)
-        x = self._embed(ids)                                            # (N, D)
+        x = self._embed_rows(ids)                                       # (N, D)
         for w, layer_cache in zip(self.layers, cache):
             x = self._layer(x, w, cos, sin, layer_cache, plan)
         return x

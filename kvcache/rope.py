@@ -41,8 +41,17 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
         out = [x1 cos - x2 sin,  x2 cos + x1 sin]
 
     the 2-d rotation of each pair (x1_i, x2_i) by its angle.  A new array; x is not modified.
+    Each half is written where it goes (no concatenation), one temporary for the sin terms.
     """
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]              # (N, heads, d/2) each
     c, s = cos[:, None, :], sin[:, None, :]            # (N, 1, d/2): the same turn for every head
-    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+    out = np.empty(x.shape, np.result_type(x, cos))
+    out1, out2 = out[..., :half], out[..., half:]
+    np.multiply(x1, c, out=out1)
+    sin_term = np.multiply(x2, s)
+    out1 -= sin_term
+    np.multiply(x2, c, out=out2)
+    np.multiply(x1, s, out=sin_term)
+    out2 += sin_term
+    return out

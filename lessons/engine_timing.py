@@ -69,8 +69,8 @@ def product_flops(cfg: ModelConfig, n_tokens: int) -> int:
 def score_count(cfg: ModelConfig, n_new: int, n_cached: int = 0) -> int:
     """Attention scores computed when ``n_new`` tokens attend causally after ``n_cached`` cached
     ones, in every layer and query head.  Queries go in blocks of QUERY_BLOCK; each block scores
-    every key up to its last query (the causal mask is applied to those), so a prefill of n <= 512
-    tokens computes n * n scores per head, not n (n + 1) / 2."""
+    every key up to its last query (the causal mask is applied to those), so a prefill of n
+    tokens computes about n (n + QUERY_BLOCK) / 2 scores per head, not n (n + 1) / 2."""
     total = 0
     for lo in range(0, n_new, QUERY_BLOCK):
         hi = min(n_new, lo + QUERY_BLOCK)

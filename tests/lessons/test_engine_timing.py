@@ -34,10 +34,10 @@ CASES = [pytest.param(MEMORY[m], SPEEDS[s], id=f"{m}, {s}") for m, s in itertool
 
 
 def test_score_count_matches_a_count_of_the_blocks_by_hand():
-    # n <= 512: one block of n queries over n keys, per layer and head
+    # n <= 128: one block of n queries over n keys, per layer and head
     assert et.score_count(CFG, 100) == 4 * 4 * 100 * 100
-    # 700 tokens: a block of 512 queries over 512 keys, then 188 queries over 700
-    assert et.score_count(CFG, 700) == 4 * 4 * (512 * 512 + 188 * 700)
+    # 700 tokens: five blocks of 128 queries over 128, 256, ... 640 keys, then 60 queries over 700
+    assert et.score_count(CFG, 700) == 4 * 4 * (128 * (128 + 256 + 384 + 512 + 640) + 60 * 700)
     # one new token after 99 cached: 100 scores
     assert et.score_count(CFG, 1, 99) == 4 * 4 * 100
 
