@@ -70,21 +70,29 @@ def hf_generate(hf_model, prompt, **kwargs) -> list[int]:
     return new[: new.index(eos) + 1] if eos is not None and eos in new else new
 
 
-def hf_generate_batch(hf_model, prompts, **kwargs) -> list[list[int]]:
-    """transformers' greedy generate() of a left-padded batch: each prompt's new tokens, cut after EOS."""
+def left_padded(prompts):
+    """A batch of prompts as transformers takes it: (ids, attention_mask), each (B, T) torch.long,
+    every prompt at the right end of its row, zeros (masked) on its left."""
     import torch
-    eos = kwargs.get("eos_token_id")
     T = max(len(p) for p in prompts)
     ids = torch.zeros((len(prompts), T), dtype=torch.long)
     mask = torch.zeros((len(prompts), T), dtype=torch.long)
     for i, p in enumerate(prompts):
         ids[i, T - len(p):] = torch.tensor(list(p))
         mask[i, T - len(p):] = 1
+    return ids, mask
+
+
+def hf_generate_batch(hf_model, prompts, **kwargs) -> list[list[int]]:
+    """transformers' greedy generate() of a left-padded batch: each prompt's new tokens, cut after EOS."""
+    import torch
+    eos = kwargs.get("eos_token_id")
+    ids, mask = left_padded(prompts)
     with torch.inference_mode():
         out = hf_model.generate(ids, attention_mask=mask, do_sample=False,
                                 pad_token_id=0 if eos is None else eos, **kwargs)
     result = []
-    for row in out[:, T:].tolist():
+    for row in out[:, ids.shape[1]:].tolist():
         result.append(row[: row.index(eos) + 1] if eos is not None and eos in row else row)
     return result
 

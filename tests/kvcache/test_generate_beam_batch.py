@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_helpers import CONFIGS, engine_model, hf_generate_batch, hf_llama, random_prompts
+from engine_helpers import CONFIGS, engine_model, hf_generate_batch, hf_llama, left_padded, random_prompts
 from kvcache.generate import Hypothesis, assign_rows, beam_hypotheses, beam_search, log_softmax, top_candidates
 from kvcache.paged import blocks_for
 
@@ -43,12 +43,7 @@ def hf_beams(hf, prompts, k, **kwargs):
 
 def hf_sequence_scores(hf, prompts, k, n, **kwargs) -> np.ndarray:
     """transformers' ``sequences_scores`` of a left-padded batch, (B, n)."""
-    T = max(len(p) for p in prompts)
-    ids = torch.zeros((len(prompts), T), dtype=torch.long)
-    mask = torch.zeros((len(prompts), T), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, T - len(p):] = torch.tensor(list(p))
-        mask[i, T - len(p):] = 1
+    ids, mask = left_padded(prompts)
     with torch.inference_mode():
         out = hf.generate(ids, attention_mask=mask, do_sample=False, num_beams=k, num_return_sequences=n,
                           max_new_tokens=NEW, pad_token_id=kwargs.get("eos_token_id", 0),
