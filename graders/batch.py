@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import json
@@ -173,6 +174,8 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
     from tqdm import tqdm
 
     limits = limits or Limits()
+    if limits.sandboxes is None:           # the batch's jobs already keep the cores busy
+        limits = dataclasses.replace(limits, sandboxes=1)
     out_csv = Path(out_csv)
     results_dir = Path(results_dir) if results_dir else results_folder(out_csv)
     tests = registry.tests(exercise)           # built once, before any thread starts

@@ -17,6 +17,7 @@ different exercises when no ``--exercise`` is given, an unreachable Dask schedul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -101,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-progress", action="store_true",
                    help="no progress line on stderr (it is shown only when stderr is a terminal)")
     _add_limits(g)
+    g.add_argument("--sandboxes", type=_positive_int, default=None, metavar="N",
+                   help="isolated sandboxes of the submission run at once (default: one per core, two "
+                        "at most; always one in the fallback without namespaces)")
 
     b = sub.add_parser("batch", help="grade every submission in a folder into a gradebook")
     b.add_argument("directory", metavar="DIR",
@@ -177,7 +181,8 @@ def _grade(args) -> int:
     line = (ProgressLine(sys.stderr, _exercise_for_progress(args))
             if not args.no_progress and _is_terminal(sys.stderr) else None)
     try:
-        result = grade_file(args.submission, args.exercise, limits=_limits(args), isolation=args.isolation,
+        limits = dataclasses.replace(_limits(args), sandboxes=args.sandboxes)
+        result = grade_file(args.submission, args.exercise, limits=limits, isolation=args.isolation,
                             progress=line.update if line else None)
     except (UsageError, SandboxUnavailable) as err:     # (bwrap asked for where it cannot run)
         if line:

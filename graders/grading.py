@@ -50,6 +50,7 @@ import ast
 import functools
 import hashlib
 import json
+import os
 import secrets
 import shutil
 import time
@@ -291,6 +292,7 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
                        extra={"isolation_detail": detail, "isolation_held": held,
                               "grader_version": GRADER_VERSION,
                               "runs": [{"killed": r.killed, "returncode": r.returncode,
+                                        "started": round(max(0.0, r.started - clock), 3),
                                         "seconds": round(r.elapsed, 3), "cgroup": r.cgroup,
                                         "oom_killed": r.oom_killed, "supervisor_lost": r.supervisor_lost,
                                         "dropped_messages": r.transcript.dropped,
@@ -375,11 +377,25 @@ def _course_imports(path: Path) -> frozenset[str]:
 _chance = secrets.SystemRandom()        # the order of a grading's tests: no submission can predict it
 
 
-def parallel_runs() -> int:
-    """How many of one submission's isolated sandboxes run at once: one.  Two at once on a
-    2-core machine that also grades other submissions (a batch, or a test suite) made a builder's
-    time limit depend on its neighbour's work, so a correct builder could time out."""
-    return 1
+def runs_at_once(sandbox: Sandbox, limits: Limits) -> int:
+    """How many of one submission's isolated sandboxes run at once: ``limits.sandboxes`` if set,
+    else one per usable core, two at most.  Always one where the runs are not contained
+    (the fallback without namespaces): two of them would share the machine's folders, and each
+    run's sweep of its user's files and processes would reach into the other.  Sandboxes that
+    run at once share nothing a submission can write or lock (namespaces, folders and a user of
+    their own; the seccomp filter denies locks, watches and page-cache queries on the files they
+    both read), only the machine's cores: each test's time limit is wall-clock, ten times or more
+    what the course's answer needs, so a neighbour's work does not decide a verdict.  A batch
+    grades several submissions at once and asks for one each (``batch.run_batch``)."""
+    if not sandbox.isolation.contained:
+        return 1
+    if limits.sandboxes is not None:
+        return max(1, int(limits.sandboxes))
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
 
 
 @dataclass
@@ -395,7 +411,7 @@ def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: lis
     """Run the runnable tests of ``job``, and turn each run's transcript into outcomes (in
     ``session``).  The tests that are not ``isolated`` share one sandbox, relaunched after a test
     that hung or killed the process; each isolated test gets a sandbox of its own, up to
-    ``parallel_runs()`` of them at once.  The order of the sandboxes, and of the tests in the
+    ``runs_at_once`` of them at once.  The order of the sandboxes, and of the tests in the
     shared one, is drawn from ``secrets`` for each grading, so that no submission can tell a test
     by its place.  After each sandbox, ``judged(tests)`` judges its tests and names the tests
     that no longer need to run.  When the submission cannot go on (its time budget is used up,
@@ -443,10 +459,11 @@ def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: lis
     if progress is not None:
         progress(0, len(runnable))
     pending = list(units)
-    with ThreadPoolExecutor(max_workers=parallel_runs()) as pool:
+    at_once = runs_at_once(sandbox, limits)
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
         running = {}
         while pending or running:
-            while pending and len(running) < parallel_runs() and not stop_now():
+            while pending and len(running) < at_once and not stop_now():
                 unit = pending.pop(0)
                 if all(t.id in dropped for t in unit.tests):
                     settled(unit)

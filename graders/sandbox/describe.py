@@ -26,7 +26,7 @@ def describe(mode: str, why: str, held: dict) -> str:
         parts.append("the grader's own user id (it could signal the grader)")
     if held.get("seccomp"):
         parts.append("a seccomp filter (no keyrings, namespaces, io_uring, ptrace, mounts, bpf, "
-                     "System V IPC" + (", sockets" if held.get("no_network") and not held.get("pid_namespace")
+                     "file locks, file watches, mincore, System V IPC" + (", sockets" if held.get("no_network") and not held.get("pid_namespace")
                                        else "") + ")")
     else:
         parts.append("no seccomp filter")

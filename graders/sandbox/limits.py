@@ -45,6 +45,7 @@ class Limits:
     open_files: int = 256
     max_restarts: int = 3                # relaunches after a test killed the process
     give_up_after: int = 3               # tests timed out before the rest are skipped (0: never)
+    sandboxes: int | None = None         # isolated sandboxes at once (None: ``grading.runs_at_once``)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -72,6 +73,7 @@ class Run:
     returncode: int | None = None        # the harness's: its exit code, 128 + a signal, or < 0
     killed: str | None = None            # import_timeout, test_timeout, submission_timeout, channel_overflow
     isolation: str = ""
+    started: float = 0.0                 # time.perf_counter() when its top process was started
     elapsed: float = 0.0
     cgroup: bool = False                 # its processes shared one memory limit (a cgroup)
     oom_killed: int = 0                  # processes the kernel killed for going over it

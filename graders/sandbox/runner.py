@@ -142,6 +142,7 @@ class Sandbox:
                 cmd = group.wrap(cmd)
                 run.cgroup = True
             start = time.monotonic()
+            run.started = time.perf_counter()
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, pass_fds=(channel_w, report_w, filter_fd),
                                     start_new_session=True, env=launch.env, cwd=launch.cwd)

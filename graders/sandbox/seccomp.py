@@ -12,6 +12,7 @@ The program, on ``struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}``:
     load nr
     x86_64: nr >= 0x40000000       the x32 ABI: EPERM
     nr in DENIED                   EPERM
+    nr == fcntl                    a lock, lease or directory notice (args[1] in LOCKING): EPERM
     nr == clone                    flags (args[0], low 32 bits) & any CLONE_NEW*: EPERM
     nr == clone3                   ENOSYS (its flags are in memory the filter cannot read; the
                                    C library then falls back to clone, whose flags it can)
@@ -22,7 +23,11 @@ The program, on ``struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}``:
 DENIED: kernel keyrings (a counter that outlives the sandbox), namespaces (``unshare``,
 ``setns``), io_uring, ptrace and cross-process memory, every mount call, bpf,
 perf_event_open, userfaultfd, module and kexec loading, swap, System V IPC and POSIX message
-queues (state shared with other sandboxes where there is no IPC namespace).  Threads (clone
+queues (state shared with other sandboxes where there is no IPC namespace), and what would let two
+sandboxes that run at once signal each other through a file both can read (the system's and
+Python's, bound read-only into each): ``flock``, ``fcntl``'s record locks, leases and directory
+notices, inotify and fanotify watches, and ``mincore``, which tells which pages of a file are in
+the machine's page cache (one sandbox reading a page would mark it for another).  Threads (clone
 without namespace flags), fork, and everything numpy and the harness use stay allowed.
 """
 from __future__ import annotations
@@ -60,10 +65,18 @@ DENIED = ("keyctl", "add_key", "request_key",
           "bpf", "perf_event_open", "userfaultfd",
           "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
           "swapon", "swapoff",
-          "shmget", "msgget", "semget", "mq_open")
+          "shmget", "msgget", "semget", "mq_open",
+          "flock", "inotify_init", "inotify_init1", "fanotify_init", "mincore")
+
+# fcntl's commands that reach beyond the calling process's own descriptors: record locks (POSIX
+# and open-file-description, F_GETLK included: it reports another process's lock), leases and
+# dnotify (F_NOTIFY signals accesses to a folder's files).
+LOCKING = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37,
+           "F_OFD_SETLKW": 38, "F_SETLEASE": 1024, "F_NOTIFY": 1026}
 
 # Their numbers (arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h for
-# aarch64), with clone, clone3 and socket, which the program treats apart.
+# aarch64), with fcntl, clone, clone3 and socket, which the program treats apart.  A call an
+# architecture does not have (inotify_init on aarch64, where only inotify_init1 exists) is absent.
 SYSCALLS = {
     "x86_64": {"keyctl": 250, "add_key": 248, "request_key": 249, "unshare": 272, "setns": 308,
                "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -74,7 +87,8 @@ SYSCALLS = {
                "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
                "delete_module": 176, "swapon": 167, "swapoff": 168,
                "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
-               "clone": 56, "clone3": 435, "socket": 41},
+               "flock": 73, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mincore": 27,
+               "fcntl": 72, "clone": 56, "clone3": 435, "socket": 41},
     "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268,
                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                 "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
@@ -84,7 +98,8 @@ SYSCALLS = {
                 "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
                 "delete_module": 106, "swapon": 224, "swapoff": 225,
                 "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180,
-                "clone": 220, "clone3": 435, "socket": 198},
+                "flock": 32, "inotify_init1": 26, "fanotify_init": 262, "mincore": 232,
+                "fcntl": 25, "clone": 220, "clone3": 435, "socket": 198},
 }
 ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
 
@@ -101,10 +116,17 @@ def _arch_block(arch: str, no_sockets: bool) -> list[tuple]:
     if arch == "x86_64":
         block += [_op(JGE_K, X32_SYSCALL_BIT, 0, 1), _op(RET_K, eperm)]
     for name in DENIED:
-        block += [_op(JEQ_K, numbers[name], 0, 1), _op(RET_K, eperm)]
+        if name in numbers:
+            block += [_op(JEQ_K, numbers[name], 0, 1), _op(RET_K, eperm)]
     block += [_op(JEQ_K, numbers["clone3"], 0, 1), _op(RET_K, enosys)]
     if no_sockets:
         block += [_op(JEQ_K, numbers["socket"], 0, 1), _op(RET_K, eperm)]
+    # fcntl: its command is the second argument; every path of this part returns, so loading it
+    # over nr leaves nothing below looking at the wrong word
+    block += [_op(JEQ_K, numbers["fcntl"], 0, 2 * len(LOCKING) + 2), _op(LD_W_ABS, ARGS_OFFSET + 8)]
+    for command in LOCKING.values():
+        block += [_op(JEQ_K, command, 0, 1), _op(RET_K, eperm)]
+    block += [_op(RET_K, RET_ALLOW)]
     # clone: the flags are its first argument; the last instructions, so the load of args[0]
     # replaces nr only where nothing looks at nr again
     block += [_op(JEQ_K, numbers["clone"], 0, 3),

@@ -533,3 +533,22 @@ def test_a_check_cannot_remember_one_builder_for_the_next(isolation):
     assert validity(result)["status"] == "passed"
     caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
     assert caught["score"] == 0 and caught["output"].startswith("caught 0 of ")
+
+
+def test_a_check_cannot_reach_the_builder_judged_beside_it(isolation):
+    """Two builders are judged at once, each in a sandbox of its own: a check that looks for its
+    neighbour (a lock on a file both read, a watch on the folder both import from, /tmp,
+    /dev/shm, an abstract socket name) and rejects a builder when it finds one sees no one.  It
+    accepts every builder and catches nothing; the runs did overlap, so the attack had its
+    chance."""
+    needs(isolation, "file_view")
+    result = grade_mutants_check("mutants_neighbour.py", isolation,
+                                 Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=2))
+    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
+    assert validity(result)["status"] == "passed", validity(result)["output"]
+    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
+    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of ")
+    spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
+    assert len(spans) == 1 + len(mutants_exercise.WHEATS) + len(mutants_exercise.chaffs())
+    overlapping = sum(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+    assert overlapping >= len(spans) // 4, spans
