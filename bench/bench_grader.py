@@ -24,12 +24,13 @@ Measured here, in one run (``python -m bench grader``, or ``make bench``):
    lines of ``{}`` on the results channel up to its cap (60 MB) at every call, and a 120 MB
    notebook of ``{}``; the goal is a few hundred MB at most per job.
 
-7. a ``mutants`` grade of the course's own answer (``solutions/mutants.ipynb``, 55 sandboxes: part 1
+7. a ``mutants`` grade of the course's own answer (``solutions/mutants.ipynb``, 54 sandboxes: part 1
    and a sandbox per builder), through ``python -m graders grade``: wall time and CPU time (the
    grader and everything it started), the median of a few runs, against the target of 10 s of wall
    time on 2 cores (met / NOT met), with the machine's load average beside it (the machine is
-   shared: a busy one stretches the wall time, not the CPU time); and the same grade by the grader
-   of the baseline revision (3 above), in alternating runs, for before and after.
+   shared: a busy one stretches the wall time, not the CPU time); and the same grade by this grader
+   with one sandbox at a time (``--sandboxes 1``) and by the grader of the baseline revision (3
+   above), in alternating runs, for before and after.
 
 Set ``BENCH_GRADER_MUTANTS_N`` for the runs of 7 (default 3; 0 skips it), ``BENCH_GRADER_ONLY=mutants``
 to measure 7 alone, ``BENCH_GRADER_MEMORY=0`` to skip 6, ``BENCH_GRADER_N`` for a smaller batch (default 200) and ``BENCH_OTTER_N`` for the number of
@@ -368,16 +369,17 @@ def _cpu_of_children() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def grade_mutants_once(tree: Path, path: Path) -> dict:
-    """One ``python -m graders grade`` of ``path`` as ``mutants`` by the grader in ``tree``: its wall
-    time, its CPU time (the grader's and its sandboxes': every process it started was waited for),
-    the score and the number of sandbox runs."""
+def grade_mutants_once(tree: Path, path: Path, options: tuple[str, ...] = ()) -> dict:
+    """One ``python -m graders grade`` of ``path`` as ``mutants`` by the grader in ``tree`` (with
+    ``options``): its wall time, its CPU time (the grader's and its sandboxes': every process it
+    started was waited for), the score, the number of sandbox runs and how many ran at once at
+    most (from the runs' start times and lengths)."""
     out = Path(tempfile.mkdtemp(prefix="bench-mutants-")) / "result.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])}
     try:
         cpu, start = _cpu_of_children(), time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "graders", "grade", str(path), "--exercise", "mutants",
-                               "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                               "--json", str(out), *options], cwd=ROOT, env=env, capture_output=True, text=True,
                               timeout=900)
         wall, cpu = time.perf_counter() - start, _cpu_of_children() - cpu
         if proc.returncode != 0 or not out.exists():
@@ -385,8 +387,22 @@ def grade_mutants_once(tree: Path, path: Path) -> dict:
         result = json.loads(out.read_text())
     finally:
         shutil.rmtree(out.parent, ignore_errors=True)
+    runs = result.get("runs", [])
     return {"wall": wall, "cpu": cpu, "score": result["score"], "max_score": result["max_score"],
-            "runs": len(result.get("runs", [])), "isolation": result.get("isolation")}
+            "runs": len(runs), "isolation": result.get("isolation"), "at_once": _most_at_once(runs)}
+
+
+def _most_at_once(runs: list[dict]) -> int | None:
+    """The most runs in progress at one moment (None: a grader that does not say when they started)."""
+    if not runs or any("started" not in r for r in runs):
+        return None
+    edges = sorted([(r["started"], 1) for r in runs] + [(r["started"] + r["seconds"], -1) for r in runs],
+                   key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def bench_mutants(rounds: int, log) -> dict:
@@ -394,14 +410,14 @@ def bench_mutants(rounds: int, log) -> dict:
     and this one; the medians of each, and the load average around them."""
     path = ROOT / "solutions" / "mutants.ipynb"
     rev, why = _baseline_revision()
-    trees = {"this grader": ROOT}
+    trees = {"this grader": (ROOT, ()), "this grader, one sandbox at a time": (ROOT, ("--sandboxes", "1"))}
     if rev is not None:
-        trees = {f"the grader at {rev}": _baseline_tree(rev), **trees}
+        trees = {f"the grader at {rev}": (_baseline_tree(rev), ()), **trees}
     measured: dict[str, list[dict]] = {label: [] for label in trees}
     loads = [os.getloadavg()[0]]
     for k in range(rounds):
-        for label, tree in trees.items():
-            one = grade_mutants_once(tree, path)
+        for label, (tree, options) in trees.items():
+            one = grade_mutants_once(tree, path, options)
             measured[label].append(one)
             loads.append(os.getloadavg()[0])
             log(f"  run {k + 1} of {rounds}, {label}: {one['wall']:.1f} s wall, {one['cpu']:.1f} s CPU, "
@@ -412,7 +428,7 @@ def bench_mutants(rounds: int, log) -> dict:
             raise AssertionError(f"{label}: the course's answer lost points: {[r['score'] for r in runs]}")
         summary[label] = {"wall": statistics.median(r["wall"] for r in runs),
                           "cpu": statistics.median(r["cpu"] for r in runs), "runs": runs[0]["runs"],
-                          "isolation": runs[0]["isolation"]}
+                          "isolation": runs[0]["isolation"], "at_once": max((r["at_once"] or 1) for r in runs)}
     return {"medians": summary, "why": why, "load": (min(loads), max(loads))}
 
 
@@ -422,7 +438,8 @@ def report_mutants(rounds: int, log) -> None:
     measured = bench_mutants(rounds, log)
     for label, m in measured["medians"].items():
         log(f"  {label}: {m['wall']:.1f} s wall, {m['cpu']:.1f} s CPU ({m['runs']} sandbox runs, "
-            f"{m['cpu'] / max(1, m['runs']) * 1000:.0f} ms CPU per run, isolation {m['isolation']})")
+            f"{m['cpu'] / max(1, m['runs']) * 1000:.0f} ms CPU per run, at most {m['at_once']} at once, "
+            f"isolation {m['isolation']})")
     if measured["why"]:
         log(f"  no earlier grader measured: {measured['why']}")
     ours = measured["medians"]["this grader"]
