@@ -55,6 +55,17 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "dev", "proc")
 # Files of /etc the dynamic loader and the C library need; the rest of /etc is hidden.
 ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
+# What the whole machine shares and any process could change and read: covered in every view
+# (files by /dev/null, folders by an empty read-only tmpfs), so that two sandboxes that run at
+# once cannot signal each other through a count (processes, memory, pseudo-terminals, AIO
+# events, locks, interrupts, pressure...).  Per-namespace and per-process entries stay.
+MACHINE_WIDE_PROC_FILES = ("buddyinfo", "diskstats", "interrupts", "key-users", "keys", "loadavg", "locks",
+                           "meminfo", "pagetypeinfo", "schedstat", "slabinfo", "softirqs", "stat", "swaps",
+                           "timer_list", "uptime", "vmallocinfo", "vmstat", "zoneinfo")
+MACHINE_WIDE_PROC_DIRS = ("sys", "pressure", "sysvipc", "tty", "fs", "irq", "bus", "driver", "acpi")
+# Pseudo-terminals are counted and capped machine-wide (kernel.pty.nr, kernel.pty.max): none.
+NO_DEVICES = ("/dev/ptmx",)
+NO_DEVICE_DIRS = ("/dev/pts",)
 KILL_SECONDS = 3.0                  # the longest the final kill keeps looking for processes
 NOT_STARTED = 70                    # the harness's exit status when it never started (privileges, a crash)
 
@@ -91,6 +102,16 @@ def plan_view(top: dict[str, str], keep: list[str]) -> dict:
     return {"hide": hide, "blank": blank, "tmp": "/tmp", "keep": kept}
 
 
+def machine_wide_files(proc: str = "/proc") -> list[str]:
+    """The machine-wide files of ``proc`` that this kernel has (``MACHINE_WIDE_PROC_FILES``)."""
+    return [f"{proc}/{name}" for name in MACHINE_WIDE_PROC_FILES if os.path.isfile(f"{proc}/{name}")]
+
+
+def machine_wide_dirs(proc: str = "/proc") -> list[str]:
+    """The machine-wide folders of ``proc`` that this kernel has (``MACHINE_WIDE_PROC_DIRS``)."""
+    return [f"{proc}/{name}" for name in MACHINE_WIDE_PROC_DIRS if os.path.isdir(f"{proc}/{name}")]
+
+
 def _libc():
     import ctypes
     return ctypes, ctypes.CDLL(None, use_errno=True)
@@ -124,6 +145,11 @@ def build_view(keep: list[str], tmp_bytes: int, workdir: str, uid: int | None) -
     for folder in plan["hide"]:
         _mount(libc, ctypes, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096")
     for path in plan["blank"]:
+        _mount(libc, ctypes, "/dev/null", path, None, MS_BIND)
+    for folder in machine_wide_dirs("/proc") + [d for d in NO_DEVICE_DIRS if os.path.isdir(d)]:
+        _mount(libc, ctypes, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+               "mode=0555,size=4k,nr_inodes=8")
+    for path in machine_wide_files("/proc") + [d for d in NO_DEVICES if os.path.exists(d)]:
         _mount(libc, ctypes, "/dev/null", path, None, MS_BIND)
     _mount(libc, ctypes, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(tmp_bytes)}")
     if os.path.isdir("/dev/shm"):

@@ -14,6 +14,8 @@ import sys
 import threading
 from pathlib import Path
 
+from .. import supervisor as _supervisor
+
 GRADERS = Path(__file__).resolve().parent.parent
 HARNESS = GRADERS / "harness.py"
 SUPERVISOR = GRADERS / "supervisor.py"
@@ -100,8 +102,16 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
         args += ["--ro-bind-try", etc, etc]
     # The private /tmp comes before the Python binds: a checkout (and so its .venv) may itself
     # live under /tmp, and a tmpfs mounted afterwards would hide the interpreter.
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    # what the whole machine counts, covered (``supervisor.MACHINE_WIDE_PROC_FILES``): bwrap's own
+    # /proc is the kernel's, so the host's list is the sandbox's
+    for folder in _supervisor.machine_wide_dirs("/proc"):
+        args += ["--perms", "0555", "--size", "4096", "--tmpfs", folder, "--remount-ro", folder]
+    for path in _supervisor.machine_wide_files("/proc"):
+        args += ["--ro-bind", "/dev/null", path]
+    for folder in _supervisor.NO_DEVICE_DIRS:      # bwrap's /dev/ptmx links into /dev/pts
+        args += ["--perms", "0555", "--size", "4096", "--tmpfs", folder, "--remount-ro", folder]
+    args += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
     roots = python_roots()

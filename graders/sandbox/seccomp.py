@@ -27,7 +27,10 @@ queues (state shared with other sandboxes where there is no IPC namespace), and 
 sandboxes that run at once signal each other through a file both can read (the system's and
 Python's, bound read-only into each): ``flock``, ``fcntl``'s record locks, leases and directory
 notices, inotify and fanotify watches, and ``mincore``, which tells which pages of a file are in
-the machine's page cache (one sandbox reading a page would mark it for another).  Threads (clone
+the machine's page cache (one sandbox reading a page would mark it for another); and the
+machine-wide counts a call can raise or read: ``io_setup`` (AIO events, counted and capped for
+the whole machine) and ``sysinfo`` (the machine's process count and free memory).  The rest of
+what the machine counts is covered in the sandbox's /proc (``supervisor.MACHINE_WIDE_PROC_FILES``).  Threads (clone
 without namespace flags), fork, and everything numpy and the harness use stay allowed.
 """
 from __future__ import annotations
@@ -66,7 +69,8 @@ DENIED = ("keyctl", "add_key", "request_key",
           "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
           "swapon", "swapoff",
           "shmget", "msgget", "semget", "mq_open",
-          "flock", "inotify_init", "inotify_init1", "fanotify_init", "mincore")
+          "flock", "inotify_init", "inotify_init1", "fanotify_init", "mincore",
+          "io_setup", "sysinfo")
 
 # fcntl's commands that reach beyond the calling process's own descriptors: record locks (POSIX
 # and open-file-description, F_GETLK included: it reports another process's lock), leases and
@@ -88,7 +92,7 @@ SYSCALLS = {
                "delete_module": 176, "swapon": 167, "swapoff": 168,
                "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
                "flock": 73, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mincore": 27,
-               "fcntl": 72, "clone": 56, "clone3": 435, "socket": 41},
+               "io_setup": 206, "sysinfo": 99, "fcntl": 72, "clone": 56, "clone3": 435, "socket": 41},
     "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268,
                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                 "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
@@ -99,7 +103,7 @@ SYSCALLS = {
                 "delete_module": 106, "swapon": 224, "swapoff": 225,
                 "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180,
                 "flock": 32, "inotify_init1": 26, "fanotify_init": 262, "mincore": 232,
-                "fcntl": 25, "clone": 220, "clone3": 435, "socket": 198},
+                "io_setup": 0, "sysinfo": 179, "fcntl": 25, "clone": 220, "clone3": 435, "socket": 198},
 }
 ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
 
