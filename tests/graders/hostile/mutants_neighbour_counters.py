@@ -16,7 +16,7 @@ AIO_SHARE = 20000                # events of one io_setup context (fs.aio-max-nr
 PTY_SHARE = 16                   # pseudo-terminals (kernel.pty.max is 4096)
 COUNTER = {"aio": "/proc/sys/fs/aio-nr", "pty": "/proc/sys/kernel/pty/nr"}[CHANNEL]
 SHARE = {"aio": AIO_SHARE, "pty": PTY_SHARE}[CHANNEL]
-IO_SETUP = {"x86_64": 206, "aarch64": 0}.get(os.uname().machine)
+IO_SETUP = {"x86_64": 206, "aarch64": 0}       # io_setup's number, by machine
 KEEP = []                        # what holds this sandbox's share until the process ends
 
 
@@ -38,9 +38,10 @@ def _add_share() -> bool:
     if CHANNEL == "aio":
         libc = ctypes.CDLL(None, use_errno=True)
         context = ctypes.c_ulong(0)
-        if IO_SETUP is None:
+        number = IO_SETUP.get(os.uname().machine)
+        if number is None:
             return False
-        if libc.syscall(IO_SETUP, AIO_SHARE, ctypes.byref(context)) != 0:
+        if libc.syscall(number, AIO_SHARE, ctypes.byref(context)) != 0:
             return ctypes.get_errno() == errno.EAGAIN
         KEEP.append(context)
         return True
@@ -58,11 +59,18 @@ def _neighbour_there() -> bool:
 
 
 def check_builder(builder):
-    if not _add_share():
+    try:
+        return not _watch()
+    except Exception:            # the channel closed in a way not foreseen: no one seen
         return True
+
+
+def _watch() -> bool:
+    if not _add_share():
+        return False
     seen = _neighbour_there()
     until = time.monotonic() + HOLD
     while not seen and time.monotonic() < until:        # a neighbour that starts while this one waits
         seen = _neighbour_there()
         time.sleep(0.02)
-    return not seen
+    return seen
