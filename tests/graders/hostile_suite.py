@@ -554,16 +554,34 @@ def test_a_check_cannot_reach_the_builder_judged_beside_it(isolation):
     assert overlapping >= len(spans) // 4, spans
 
 
-@pytest.mark.parametrize("channel", ["aio", "pty"])
+@pytest.mark.parametrize("channel", ["aio", "pty", "shmem"])
 def test_a_check_cannot_signal_its_neighbour_through_a_counter_of_the_machine(isolation, channel):
     """Two builders are judged at once: a check that raises a count the whole machine shares
     and every process may read (``fs.aio-nr`` through ``io_setup``, ``kernel.pty.nr`` through
-    ``/dev/ptmx``) and rejects a builder when the count shows a neighbour's share beside its own
+    ``/dev/ptmx``, the pages of every tmpfs in ``/proc/meminfo`` through its own ``/dev/shm``)
+    and rejects a builder when the count shows a neighbour's share beside its own
     must see no one: it accepts every builder and catches nothing, although the runs overlapped."""
     needs(isolation, "file_view")
     result = grade_hostile("mutants_neighbour_counters.py", "mutants", isolation,
                            limits=Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=2),
                            fill={"__CHANNEL__": channel})
+    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
+    spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
+    overlapping = sum(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+    assert overlapping >= len(spans) // 4, spans
+    assert validity(result)["status"] == "passed", validity(result)["output"]
+    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
+    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of "), caught["output"]
+
+
+def test_a_check_cannot_reach_its_neighbour_through_a_vsock_port(isolation):
+    """Two builders are judged at once: vsock ports (``AF_VSOCK``) are one table for the whole
+    machine, whatever the network namespace, so a check that binds a fixed port and rejects a
+    builder when the port is already taken would find the sandbox beside it.  It must see no one:
+    it accepts every builder and catches nothing, although the runs overlapped."""
+    needs(isolation, "file_view")
+    result = grade_mutants_check("mutants_neighbour_vsock.py", isolation,
+                                 Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=2))
     assert result["status"] == "ok", [t["output"] for t in result["tests"]]
     spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
     overlapping = sum(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
