@@ -18,6 +18,9 @@ The program, on ``struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}``:
                                    C library then falls back to clone, whose flags it can)
     nr == socket (``no_sockets``)  EPERM: the fallback without namespaces shares the machine's
                                    network and abstract socket names
+    nr == socket, socketpair       a family other than AF_UNIX, AF_INET, AF_INET6 (args[0]): EPERM
+                                   (vsock, for one, has one table of ports for the whole machine,
+                                   whatever the network namespace)
     otherwise                      allow
 
 DENIED: kernel keyrings (a counter that outlives the sandbox), namespaces (``unshare``,
@@ -72,6 +75,10 @@ DENIED = ("keyctl", "add_key", "request_key",
           "flock", "inotify_init", "inotify_init1", "fanotify_init", "mincore",
           "io_setup", "sysinfo")
 
+# The socket families a network namespace keeps apart and that a submission may want (a
+# loopback server of its own, a socketpair); every other family is denied.
+SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10}
+
 # fcntl's commands that reach beyond the calling process's own descriptors: record locks (POSIX
 # and open-file-description, F_GETLK included: it reports another process's lock), leases and
 # dnotify (F_NOTIFY signals accesses to a folder's files).
@@ -92,7 +99,7 @@ SYSCALLS = {
                "delete_module": 176, "swapon": 167, "swapoff": 168,
                "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
                "flock": 73, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mincore": 27,
-               "io_setup": 206, "sysinfo": 99, "fcntl": 72, "clone": 56, "clone3": 435, "socket": 41},
+               "io_setup": 206, "sysinfo": 99, "fcntl": 72, "socketpair": 53, "clone": 56, "clone3": 435, "socket": 41},
     "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268,
                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                 "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
@@ -103,7 +110,7 @@ SYSCALLS = {
                 "delete_module": 106, "swapon": 224, "swapoff": 225,
                 "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180,
                 "flock": 32, "inotify_init1": 26, "fanotify_init": 262, "mincore": 232,
-                "io_setup": 0, "sysinfo": 179, "fcntl": 25, "clone": 220, "clone3": 435, "socket": 198},
+                "io_setup": 0, "sysinfo": 179, "fcntl": 25, "socketpair": 199, "clone": 220, "clone3": 435, "socket": 198},
 }
 ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
 
@@ -125,6 +132,12 @@ def _arch_block(arch: str, no_sockets: bool) -> list[tuple]:
     block += [_op(JEQ_K, numbers["clone3"], 0, 1), _op(RET_K, enosys)]
     if no_sockets:
         block += [_op(JEQ_K, numbers["socket"], 0, 1), _op(RET_K, eperm)]
+    # socket and socketpair: the family is the first argument; allowed ones return at once
+    families = list(SOCKET_FAMILIES.values())
+    for call in ("socket", "socketpair"):
+        block += [_op(JEQ_K, numbers[call], 0, len(families) + 3), _op(LD_W_ABS, ARGS_OFFSET)]
+        block += [_op(JEQ_K, family, len(families) - k, 0) for k, family in enumerate(families)]
+        block += [_op(RET_K, eperm), _op(RET_K, RET_ALLOW)]
     # fcntl: its command is the second argument; every path of this part returns, so loading it
     # over nr leaves nothing below looking at the wrong word
     block += [_op(JEQ_K, numbers["fcntl"], 0, 2 * len(LOCKING) + 2), _op(LD_W_ABS, ARGS_OFFSET + 8)]

@@ -139,6 +139,14 @@ def probe():
         out["socket"] = "allowed"
     except OSError as err:
         out["socket"] = err.errno
+    for name, family in (("vsock", 40), ("netlink", 16), ("packet", 17)):
+        try:
+            socket.socket(family, socket.SOCK_DGRAM).close()
+            out[name] = "allowed"
+        except OSError as err:
+            out[name] = err.errno
+    a, b = socket.socketpair()
+    a.close(); b.close()
     # what must keep working: threads (clone without namespace flags), fork, numpy
     box = []
     t = threading.Thread(target=box.append, args=(1,))
@@ -169,6 +177,8 @@ def test_every_denied_system_call_gets_eperm_and_threads_forks_and_numpy_still_w
         assert value["x32"] == errno.EPERM
     # only the fallback without namespaces shares the machine's network: there, no sockets at all
     assert value["socket"] == (errno.EPERM if mode == "subreaper" else "allowed")
+    # families a network namespace does not keep apart (vsock's ports are the machine's), or not needed
+    assert value["vsock"] == value["netlink"] == value["packet"] == errno.EPERM
     assert value["works"] == [[1], 7, 64.0 * 64 * 64]
 
 
@@ -367,6 +377,12 @@ def test_the_filter_denies_each_call_on_both_architectures_and_kills_any_other()
         thread_flags = 0x3D0F00             # what the C library passes for a thread
         assert seccomp.run_filter(program, numbers["clone"], audit, (thread_flags,)) == seccomp.RET_ALLOW
         assert seccomp.run_filter(program, numbers["socket"], audit, (1,)) == seccomp.RET_ALLOW
+        for family in (1, 2, 10):              # AF_UNIX, AF_INET, AF_INET6: what a namespace keeps apart
+            for call in ("socket", "socketpair"):
+                assert seccomp.run_filter(program, numbers[call], audit, (family, 1)) == seccomp.RET_ALLOW
+        for family in (0, 3, 16, 17, 21, 29, 30, 31, 38, 40, 44, 45, 46):   # vsock (40), netlink, packet, ...
+            for call in ("socket", "socketpair"):
+                assert seccomp.run_filter(program, numbers[call], audit, (family, 1)) == eperm, (call, family)
         assert seccomp.run_filter(seccomp.instructions(no_sockets=True), numbers["socket"], audit, (1,)) == eperm
         for allowed in (0, 1, 3, 9, 60, 63):   # read/write/close/mmap... on x86_64; others on aarch64
             if allowed not in numbers.values():
