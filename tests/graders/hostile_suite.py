@@ -554,12 +554,12 @@ def test_a_check_cannot_reach_the_builder_judged_beside_it(isolation):
     assert overlapping >= len(spans) // 4, spans
 
 
-@pytest.mark.parametrize("channel", ["aio", "pty", "shmem"])
+@pytest.mark.parametrize("channel", ["aio", "pty", "shmem", "threads"])
 def test_a_check_cannot_signal_its_neighbour_through_a_counter_of_the_machine(isolation, channel):
     """Two builders are judged at once: a check that raises a count the whole machine shares
     and every process may read (``fs.aio-nr`` through ``io_setup``, ``kernel.pty.nr`` through
-    ``/dev/ptmx``, the pages of every tmpfs in ``/proc/meminfo`` through its own ``/dev/shm``)
-    and rejects a builder when the count shows a neighbour's share beside its own
+    ``/dev/ptmx``, the pages of every tmpfs in ``/proc/meminfo`` through its own ``/dev/shm``,
+    the machine's thread count in ``/proc/loadavg`` through threads of its own) and rejects a builder when the count shows a neighbour's share beside its own
     must see no one: it accepts every builder and catches nothing, although the runs overlapped."""
     needs(isolation, "file_view")
     result = grade_hostile("mutants_neighbour_counters.py", "mutants", isolation,
