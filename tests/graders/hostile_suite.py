@@ -596,9 +596,9 @@ def test_a_check_cannot_reach_its_neighbour_through_a_vsock_port(isolation):
                                                ("mutants_neighbour_vsock.py", None)])
 def test_a_sandbox_leaves_nothing_in_the_machine_for_the_next_one(isolation, filename, channel):
     """One sandbox at a time: whatever a run raised in the machine's counters (an io_setup
-    context, pseudo-terminals) or held there (a vsock port) is gone when the next run starts, so the attacks that look for a neighbour through them see no one, accept every
-    builder and catch nothing (and what they find with two at once is the neighbour, not a
-    run before)."""
+    context, pseudo-terminals) or held there (a vsock port) is gone when the next run starts,
+    so the attacks that look for a neighbour through them see no one, accept every builder and
+    catch nothing (and what they find with two at once is the neighbour, not a run before)."""
     needs(isolation, "file_view")
     result = grade_hostile(filename, "mutants", isolation,
                            limits=Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=1),
