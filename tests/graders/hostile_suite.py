@@ -554,12 +554,12 @@ def test_a_check_cannot_reach_the_builder_judged_beside_it(isolation):
     assert overlapping >= len(spans) // 4, spans
 
 
-@pytest.mark.parametrize("channel", ["aio", "pty", "shmem"])
+@pytest.mark.parametrize("channel", ["aio", "pty", "shmem", "threads"])
 def test_a_check_cannot_signal_its_neighbour_through_a_counter_of_the_machine(isolation, channel):
     """Two builders are judged at once: a check that raises a count the whole machine shares
     and every process may read (``fs.aio-nr`` through ``io_setup``, ``kernel.pty.nr`` through
-    ``/dev/ptmx``, the pages of every tmpfs in ``/proc/meminfo`` through its own ``/dev/shm``)
-    and rejects a builder when the count shows a neighbour's share beside its own
+    ``/dev/ptmx``, the pages of every tmpfs in ``/proc/meminfo`` through its own ``/dev/shm``,
+    the machine's thread count in ``/proc/loadavg`` through threads of its own) and rejects a builder when the count shows a neighbour's share beside its own
     must see no one: it accepts every builder and catches nothing, although the runs overlapped."""
     needs(isolation, "file_view")
     result = grade_hostile("mutants_neighbour_counters.py", "mutants", isolation,
@@ -586,6 +586,26 @@ def test_a_check_cannot_reach_its_neighbour_through_a_vsock_port(isolation):
     spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
     overlapping = sum(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
     assert overlapping >= len(spans) // 4, spans
+    assert validity(result)["status"] == "passed", validity(result)["output"]
+    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
+    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of "), caught["output"]
+
+
+@pytest.mark.parametrize("filename, channel", [("mutants_neighbour_counters.py", "aio"),
+                                               ("mutants_neighbour_counters.py", "pty"),
+                                               ("mutants_neighbour_vsock.py", None)])
+def test_a_sandbox_leaves_nothing_in_the_machine_for_the_next_one(isolation, filename, channel):
+    """One sandbox at a time: whatever a run raised in the machine's counters (an io_setup
+    context, pseudo-terminals) or held there (a vsock port) is gone when the next run starts,
+    so the attacks that look for a neighbour through them see no one, accept every builder and
+    catch nothing (and what they find with two at once is the neighbour, not a run before)."""
+    needs(isolation, "file_view")
+    result = grade_hostile(filename, "mutants", isolation,
+                           limits=Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=1),
+                           fill={"__CHANNEL__": channel} if channel else None)
+    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
+    spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
+    assert not any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans
     assert validity(result)["status"] == "passed", validity(result)["output"]
     caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
     assert caught["score"] == 0 and caught["output"].startswith("caught 0 of "), caught["output"]
