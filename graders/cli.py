@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_limits(g)
     g.add_argument("--sandboxes", type=_positive_int, default=None, metavar="N",
                    help="isolated sandboxes of the submission run at once (default: one per core, two "
-                        "at most; always one in the fallback without namespaces)")
+                        "at most; always one in the fallback without namespaces or when not run as root)")
 
     b = sub.add_parser("batch", help="grade every submission in a folder into a gradebook")
     b.add_argument("directory", metavar="DIR",

@@ -381,13 +381,15 @@ def runs_at_once(sandbox: Sandbox, limits: Limits) -> int:
     """How many of one submission's isolated sandboxes run at once: ``limits.sandboxes`` if set,
     else one per usable core, two at most.  Always one where the runs are not contained
     (the fallback without namespaces): two of them would share the machine's folders, and each
-    run's sweep of its user's files and processes would reach into the other.  Sandboxes that
+    run's sweep of its user's files and processes would reach into the other; and always one
+    where runs have no user of their own (a grader that is not root): two runs as one user share
+    that user's limits (pipe buffers, processes, watches), which one could fill for the other.  Sandboxes that
     run at once share nothing a submission can write or lock (namespaces, folders and a user of
     their own; the seccomp filter denies locks, watches and page-cache queries on the files they
     both read), only the machine's cores: each test's time limit is wall-clock, ten times or more
     what the course's answer needs, so a neighbour's work does not decide a verdict.  A batch
     grades several submissions at once and asks for one each (``batch.run_batch``)."""
-    if not sandbox.isolation.contained:
+    if not (sandbox.isolation.contained and sandbox.own_user):
         return 1
     if limits.sandboxes is not None:
         return max(1, int(limits.sandboxes))

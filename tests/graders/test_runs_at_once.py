@@ -14,8 +14,8 @@ from graders.sandbox import modes
 from grader_helpers import GOOD
 
 
-def _sandbox(mode_class):
-    return SimpleNamespace(isolation=mode_class("for the test"))
+def _sandbox(mode_class, own_user=True):
+    return SimpleNamespace(isolation=mode_class("for the test"), own_user=own_user)
 
 
 @pytest.mark.parametrize("cores, expected", [(1, 1), (2, 2), (8, 2)])
@@ -33,6 +33,9 @@ def test_what_is_asked_for_wins_except_in_the_fallback_without_namespaces(monkey
     assert modes.Subreaper.contained is False
     for asked in (None, 1, 2, 4):
         assert grading.runs_at_once(_sandbox(modes.Subreaper), Limits(sandboxes=asked)) == 1
+        # runs as one user (a grader that is not root) share that user's limits: one at a time
+        for mode_class in (modes.Bubblewrap, modes.Namespaces):
+            assert grading.runs_at_once(_sandbox(mode_class, own_user=False), Limits(sandboxes=asked)) == 1
 
 
 def test_the_grade_command_passes_its_sandboxes_flag(monkeypatch, tmp_path, capsys):
