@@ -1,10 +1,8 @@
 """The one matrix product of every projection: y = x W^T, with W of shape (out, in) as transformers has it.
 
-The model stores a W with at least as many outputs as inputs as the transpose of an (in, out)
-C-contiguous buffer (``stored_transposed``): the same (out, in) array to read, but W^T lies in
-memory as x W^T reads it, so the product is the plain x @ W^T.  A W with more inputs than outputs
-(the feed-forward's down projection) it stores by its rows, whose runs are then the longer ones
-(``kvcache.model``), taken as below.  For a decode step x has only a few rows (one per sequence), and OpenBLAS streams
+The model stores each W as the transpose of an (in, out) C-contiguous buffer (``stored_transposed``):
+the same (out, in) array to read, but W^T lies in memory as x W^T reads it, so the product is the
+plain x @ W^T.  For a decode step x has only a few rows (one per sequence), and OpenBLAS streams
 a matrix in this layout faster than in its rows' layout: on the course's machine the whole
 model's matrix-vector products ran at about 1.3 times the speed, the 49,152 x 576 output layer
 at nearly twice (``bench/bench_model.py`` measures the model).

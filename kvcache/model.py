@@ -24,13 +24,11 @@ Two ways to run it:
 
 Weights keep transformers' orientation, (out, in), and products are x W^T (``kvcache.linear``).
 The query, key and value projections are stacked into one (H d + 2 G d, D) matrix and gate/up
-into one (2F, D): one matrix product each instead of three and two.  Each matrix is stored in
-the layout in which a decode step's x W^T streams it fastest (``kvcache.linear``): the one whose
-contiguous runs are its longer dimension.  A matrix with more outputs than inputs (wqkv,
-w_gate_up, the embedding table, which is also the output layer when tied) is stored transposed,
-the (out, in) view of an (in, out) buffer; one with more inputs (w_down, (D, F)) is stored by its
-rows; a square one (wo) transposed.  On the course's machine, w_down by rows streamed at about
-14 GB/s against 12 transposed (its transposed runs are only D = 576 numbers long).
+into one (2F, D): one matrix product each instead of three and two.  Every matrix, the embedding
+table (the output layer when tied) included, is stored transposed: the (out, in) view of an
+(in, out) buffer, the layout in which x W^T streams W fastest (``kvcache.linear``).  (The down
+projection, whose rows are the longer runs, streams about 7% faster by rows at one token, but
+two to sixteen rows of x, beam search's and a small batch's, multiply it 10-60% slower so.)
 
 Loading allocates each of the model's arrays in its final layout and dtype and has the source
 write every tensor into its place (``_assembled``): a GGUF file streams its tensors a chunk at a
@@ -243,31 +241,20 @@ def _all_finite(a: np.ndarray, values: int = 2**16) -> bool:
     return all(np.isfinite(a[lo:lo + rows]).all() for lo in range(0, len(a), rows))
 
 
-def _layout_by_rows(out: int, width: int) -> bool:
-    """Whether an (out, in = width) matrix is stored by its rows (C-contiguous) rather than
-    transposed: when its rows are the longer runs.  A decode step's product x W^T, one row of x,
-    is a matrix-vector product that streams W along its contiguous runs; short runs cost it speed
-    (each starts a new stream)."""
-    return width > out
-
-
 def _assembled(cfg: ModelConfig, dt: np.dtype, vector, fill):
     """(embed, layers, norm, head) of a model, each array allocated once in its final layout and
     dtype and filled by the source: ``vector(name)`` gives a norm gain as the model keeps it
     (``_stored``), ``fill(name, out)`` writes a matrix into ``out`` (its (out, in) view in the
-    model's array).  Each matrix is laid out by ``_layout_by_rows`` (see the module doc); q, k, v
-    rows are stacked into wqkv and gate, up rows into w_gate_up.  The norm gains come first: small,
-    and for a source that maps a file, the views of its memory are released before the matrices
-    fill."""
+    model's array).  Every matrix is stored transposed, the (out, in) view of a C-contiguous
+    (in, out) buffer (the layout ``kvcache.linear`` multiplies fastest); q, k, v rows are stacked
+    into wqkv and gate, up rows into w_gate_up.  The norm gains come first: small, and for a
+    source that maps a file, the views of its memory are released before the matrices fill."""
     shapes = hf_parameter_shapes(cfg)
     gains = {name: vector(name) for name in shapes if name.endswith("norm.weight")}
 
     def matrix(*names):
-        rows, cols = sum(shapes[n][0] for n in names), shapes[names[0]][1]
-        if _layout_by_rows(rows, cols):
-            out = np.empty((rows, cols), dt)                             # (out, in), C-contiguous
-        else:
-            out = np.empty((cols, rows), dt).T                           # (out, in) view of (in, out)
+        rows = sum(shapes[n][0] for n in names)
+        out = np.empty((shapes[names[0]][1], rows), dt).T               # (out, in) view of (in, out)
         lo = 0
         for name in names:
             fill(name, out[lo:lo + shapes[name][0]])
