@@ -194,8 +194,8 @@ def _one_sequence(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
         s (G, T, r) = K q_g^T        the keys as they lie, (T, d) @ (d, r) per head
         p (G, r, T) = softmax(s / sqrt(d)) over T, in place (the scale applied to q)
         out (G, r, d) = p V          (r, T) @ (T, d) per head
-    At a decode step of a small model the step's time is mostly calls, not arithmetic: this is
-    four products and five elementwise calls per layer."""
+    At a decode step of a small model the attention's time is mostly calls, not arithmetic: this
+    is two products, one copy and the softmax's in-place passes per layer."""
     G, T, d = K.shape
     r = q.shape[0] // G
     qg = q.reshape(G, r, d) * q.dtype.type(1 / math.sqrt(d))     # in q's dtype: no float64 detour
