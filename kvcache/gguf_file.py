@@ -13,9 +13,22 @@ A tensor of ggml shape (ne0, ne1) is stored row-major as ne1 rows of ne0 numbers
 shape is (ne1, ne0): transformers' (out, in) orientation already.  Quantized types store blocks
 of 32 numbers (Q8_0: a float16 scale and 32 int8; Q4_0: a scale and 32 4-bit codes; Q4_1: a
 scale, a minimum and 32 4-bit codes); ``gguf.quants.dequantize`` turns every type read here
-(``SUPPORTED_TYPES``) into float32, and the weights are then cast to the model's dtype once, at
-load time, one tensor at a time.  A tensor stored in the model's own 2-byte dtype (F16 for a
+(``SUPPORTED_TYPES``) into float32.  A tensor stored in the model's own 2-byte dtype (F16 for a
 float16 model, BF16 for a bfloat16 one) is copied bit for bit, never through float32.
+
+Loading streams (``TensorFile``): a tensor is read a chunk of rows at a time (at most
+``CHUNK_VALUES`` numbers), its bytes taken from the file with ``os.pread``, dequantized, and
+written straight into the array the model keeps, in that array's layout and dtype::
+
+    for each tensor, for rows lo .. hi (hi - lo <= CHUNK_VALUES / columns, whole heads for q/k):
+        raw (hi - lo, bytes per row) uint8  = pread(file, offset + lo * bytes per row)
+        values (hi - lo, columns) float32   = dequantize(raw)
+        out[lo:hi] = values                   cast to the model's dtype in that assignment
+
+So loading holds the model's arrays and one chunk's temporaries, never a dequantized copy of
+the whole model, and the file's bytes pass through the page cache, not through this process's
+memory (a memory map would keep every page it touched resident).  ``read_state_dict`` reads
+every tensor the same way into arrays of its own, for a caller that wants transformers' dict.
 
 llama.cpp's converter permutes the rows of the query and key projections: transformers rotates
 the two halves of a head (dimension i with i + d/2), llama.cpp rotates neighbouring pairs
@@ -24,17 +37,21 @@ them back, ``(d/2, 2) -> (2, d/2)``, so the tensors are exactly transformers' ow
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
 from .half import bfloat16
 
-__all__ = ["GGUFError", "SUPPORTED_TYPES", "is_gguf", "open_gguf", "metadata", "read_config",
-           "read_state_dict", "read_model", "unpermute_rotary_rows"]
+__all__ = ["GGUFError", "SUPPORTED_TYPES", "CHUNK_VALUES", "TensorFile", "is_gguf", "open_gguf", "metadata",
+           "read_config", "read_state_dict", "read_model", "unpermute_rotary_rows"]
 
 MAGIC = b"GGUF"
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
+# Numbers dequantized at a time (256 KiB as float32): bounds what loading holds beside the model
+# (gguf's dequantizer makes a few temporaries of a chunk's size).
+CHUNK_VALUES = 64 * 1024
 
 # llama.cpp's names of one layer's tensors -> transformers' names under model.layers.{i}.
 LAYER_TENSORS = {
@@ -190,55 +207,93 @@ def _transformers_name(name: str) -> str | None:
     return None
 
 
-def _dequantize(tensor) -> np.ndarray:
-    """One tensor as float32, in numpy's shape (reversed ggml shape)."""
-    import gguf
+class TensorFile:
+    """The tensors of a GGUF Llama file under transformers' names, each read when asked for.
 
-    shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
-    values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
-    return np.asarray(values, dtype=np.float32).reshape(shape)
+    Built from an open reader (its tensor list: names, types, shapes and offsets, kept as plain
+    numbers, so the reader may be dropped, and its config, ``read_config`` unless given), after
+    refusing, by name and before anything is read, a tensor of a type outside
+    ``SUPPORTED_TYPES`` and a tensor with no place in a Llama model (``rope_freqs.weight``, the
+    Llama-3 rotary scaling, among them).  The config's head counts say how the query and key
+    rows are put back in transformers' order.
+    """
 
+    def __init__(self, reader, config: dict | None = None):
+        config = read_config(reader) if config is None else config
+        self.config = config
+        bad_types = [f"{t.name} ({t.tensor_type.name})" for t in reader.tensors
+                     if t.tensor_type.name not in SUPPORTED_TYPES]
+        if bad_types:
+            raise GGUFError(f"GGUF tensor type(s) not supported: {', '.join(bad_types[:5])}"
+                            f"{' ...' if len(bad_types) > 5 else ''} (this engine reads {', '.join(SUPPORTED_TYPES)})")
+        unknown = [t.name for t in reader.tensors if _transformers_name(t.name) is None]
+        if unknown:
+            raise GGUFError(f"GGUF tensor(s) {', '.join(unknown[:5])} have no place in a Llama model: not supported")
+        heads = {"self_attn.q_proj.weight": config["num_attention_heads"],
+                 "self_attn.k_proj.weight": config.get("num_key_value_heads", config["num_attention_heads"])}
+        self.path = Path(reader.data.filename)
+        self._entries = {}                 # name -> (ggml type name, numpy shape, offset, bytes, heads)
+        for t in reader.tensors:
+            name = _transformers_name(t.name)
+            permuted = [n for suffix, n in heads.items() if name.endswith(suffix)]
+            shape = tuple(int(n) for n in reversed(t.shape.tolist()))
+            self._entries[name] = (t.tensor_type, shape, int(t.data_offset), int(t.n_bytes),
+                                   permuted[0] if permuted else None)
 
-def _tensor_as(tensor, dtype: np.dtype) -> np.ndarray:
-    """One tensor at ``dtype``, in numpy's shape: its own bits, copied out of the mapped file,
-    when it is stored at that 2-byte dtype (F16 as float16, BF16 as bfloat16); otherwise
-    dequantized to float32 and rounded to ``dtype``."""
-    own = {"F16": np.dtype(np.float16), "BF16": bfloat16}.get(tensor.tensor_type.name)
-    if own is None or own != dtype:
-        return _dequantize(tensor).astype(dtype, copy=False)
-    shape = tuple(int(n) for n in reversed(tensor.shape.tolist()))
-    return np.asarray(tensor.data).view(np.uint16).view(own).reshape(shape).copy()
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's name and numpy shape (transformers' (out, in) for a matrix)."""
+        return {name: entry[1] for name, entry in self._entries.items()}
+
+    def read(self, name: str, dtype=np.float32) -> np.ndarray:
+        """Tensor ``name`` as a new C-contiguous array of ``dtype``."""
+        out = np.empty(self._entries[name][1], np.dtype(dtype))
+        self.read_into(name, out)
+        return out
+
+    def read_into(self, name: str, out: np.ndarray) -> None:
+        """Write tensor ``name`` into ``out`` (an array or view of its shape, any layout and dtype),
+        a chunk of rows at a time: bits copied when the file stores ``out``'s own 2-byte dtype,
+        otherwise dequantized to float32 and cast by the assignment."""
+        qtype, shape, offset, nbytes, heads = self._entries[name]
+        if out.shape != shape:
+            raise ValueError(f"{name} has shape {shape}, not the {out.shape} it is read into")
+        rows, cols = (1, shape[0]) if len(shape) == 1 else shape
+        target = out.reshape(rows, cols)         # a view: 1-D out is contiguous, 2-D out is (rows, cols)
+        own = {"F16": np.dtype(np.float16), "BF16": bfloat16}.get(qtype.name)
+        exact = own is not None and own == out.dtype
+        row_bytes = nbytes // rows
+        head_rows = rows // heads if heads else 1          # q/k chunks hold whole heads
+        step = max(head_rows, CHUNK_VALUES // cols // head_rows * head_rows)
+        with open(self.path, "rb") as f:
+            for lo in range(0, rows, step):
+                hi = min(rows, lo + step)
+                raw = os.pread(f.fileno(), (hi - lo) * row_bytes, offset + lo * row_bytes)
+                if len(raw) != (hi - lo) * row_bytes:
+                    raise GGUFError(f"{self.path} ends inside tensor {name}: the file is cut short")
+                values = self._values(np.frombuffer(raw, np.uint8).reshape(hi - lo, row_bytes), qtype,
+                                      own if exact else None)
+                if heads:
+                    values = unpermute_rotary_rows(values, (hi - lo) // head_rows)
+                target[lo:hi] = values
+
+    @staticmethod
+    def _values(raw: np.ndarray, qtype, own) -> np.ndarray:
+        """raw (rows, bytes per row) -> (rows, columns): the 2-byte values themselves when ``own``
+        is their dtype, else float32."""
+        import gguf
+
+        if own is not None:
+            return raw.view(np.uint16).view(own)
+        return np.asarray(gguf.quants.dequantize(raw, qtype), np.float32).reshape(len(raw), -1)
 
 
 def read_state_dict(source, config: dict | None = None, dtype=np.float32) -> dict[str, np.ndarray]:
-    """Every tensor of the file under transformers' names, dequantized, as ``dtype``.
-
-    Refused before anything is dequantized, by name: a tensor of a type outside
-    ``SUPPORTED_TYPES``, and a tensor with no place in a Llama model (``rope_freqs.weight``, the
-    Llama-3 rotary scaling, among them).
-    """
+    """Every tensor of the file under transformers' names, dequantized, as ``dtype`` (refused as
+    ``TensorFile`` refuses).  Loading a model does not build this dict (``Model.from_gguf``)."""
     reader = _reader(source)
     config = read_config(reader) if config is None else config
-    dtype = np.dtype(dtype)
-    bad_types = [f"{t.name} ({t.tensor_type.name})" for t in reader.tensors
-                 if t.tensor_type.name not in SUPPORTED_TYPES]
-    if bad_types:
-        raise GGUFError(f"GGUF tensor type(s) not supported: {', '.join(bad_types[:5])}"
-                        f"{' ...' if len(bad_types) > 5 else ''} (this engine reads {', '.join(SUPPORTED_TYPES)})")
-    unknown = [t.name for t in reader.tensors if _transformers_name(t.name) is None]
-    if unknown:
-        raise GGUFError(f"GGUF tensor(s) {', '.join(unknown[:5])} have no place in a Llama model: not supported")
-    heads = {"self_attn.q_proj.weight": config["num_attention_heads"],
-             "self_attn.k_proj.weight": config.get("num_key_value_heads", config["num_attention_heads"])}
-    state = {}
-    for tensor in reader.tensors:
-        name = _transformers_name(tensor.name)
-        values = _tensor_as(tensor, dtype)
-        for suffix, n in heads.items():
-            if name.endswith(suffix):
-                values = unpermute_rotary_rows(values, n)
-        state[name] = values
-    return state
+    tensors = TensorFile(reader, config)
+    return {name: tensors.read(name, dtype) for name in tensors.shapes()}
 
 
 def read_model(source, dtype=np.float32) -> tuple[dict, dict[str, np.ndarray]]:

@@ -186,9 +186,30 @@ def decode_attention(q: np.ndarray, K: np.ndarray, V: np.ndarray, lengths: np.nd
     return _decode_attention(q, K, V, lengths)
 
 
+def _one_sequence(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """One sequence's decode step over its whole cache: q (H, d), K, V (G, T, d) -> (H, d).
+
+    One product per key/value head over its group of r query heads, with no mask (every cached
+    position counts) and no blocks (a batch of one has no other rows to share the products with):
+        s (G, T, r) = K q_g^T        the keys as they lie, (T, d) @ (d, r) per head
+        p (G, r, T) = softmax(s / sqrt(d)) over T, in place (the scale applied to q)
+        out (G, r, d) = p V          (r, T) @ (T, d) per head
+    At a decode step of a small model the attention's time is mostly calls, not arithmetic: this
+    is two products, one copy and the softmax's in-place passes per layer."""
+    G, T, d = K.shape
+    r = q.shape[0] // G
+    qg = q.reshape(G, r, d) * q.dtype.type(1 / math.sqrt(d))     # in q's dtype: no float64 detour
+    p = np.matmul(K, qg.transpose(0, 2, 1)).transpose(0, 2, 1).copy()   # (G, r, T), rows contiguous
+    softmax_inplace(p)
+    return np.matmul(p, V).reshape(G * r, d)
+
+
 def _decode_attention(q, K, V, lengths) -> np.ndarray:
     """decode_attention on the calling thread."""
     B, H, d = q.shape
+    if B == 1:                                            # one sequence: its own length, nothing masked
+        n = int(lengths[0])
+        return _one_sequence(q[0], K[0, :, :n], V[0, :, :n])[None]
     G, T = K.shape[1], K.shape[2]
     r = H // G
     block = max(1, BLOCK_PRODUCT // (r * d))            # key positions per product

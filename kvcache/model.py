@@ -26,10 +26,17 @@ Weights keep transformers' orientation, (out, in), and products are x W^T (``kvc
 The query, key and value projections are stacked into one (H d + 2 G d, D) matrix and gate/up
 into one (2F, D): one matrix product each instead of three and two.  Every matrix, the embedding
 table (the output layer when tied) included, is stored transposed: the (out, in) view of an
-(in, out) buffer, the layout in which x W^T streams W fastest (``kvcache.linear``).  Loading
-copies each tensor once, cast to the model's dtype in that copy; a loader's own state dict is
-emptied as the model fills (``from_hf(..., consume=True)``), so the two never both hold every
-weight.  The residual stream x is the model's own array, updated in place by each layer.
+(in, out) buffer, the layout in which x W^T streams W fastest (``kvcache.linear``).  (The down
+projection, whose rows are the longer runs, streams about 7% faster by rows at one token, but
+two to sixteen rows of x, beam search's and a small batch's, multiply it 10-60% slower so.)
+
+Loading allocates each of the model's arrays in its final layout and dtype and has the source
+write every tensor into its place (``_assembled``): a GGUF file streams its tensors a chunk at a
+time straight into them (``from_gguf``, through ``kvcache.gguf_file.TensorFile``), so the load
+holds the model and one chunk, never a second copy of the weights; a state dict's tensors are
+copied in, each cast in that copy, and a loader's own dict is emptied as the model fills
+(``from_hf(..., consume=True)``), so the two never both hold every weight.  The residual stream
+x is the model's own array, updated in place by each layer.
 
 Dtypes (``MODEL_DTYPES``): float64 for exact comparisons, float32 for speed, and float16 or
 bfloat16 (``kvcache.half``), whose weight matrices and embeddings are stored at 2 bytes a value
@@ -216,46 +223,57 @@ def _checked_array(name: str, value, shape: tuple) -> tuple[np.ndarray | None, s
     return arr, ""
 
 
-def _stacked(parts: list[np.ndarray], dt: np.dtype) -> np.ndarray:
-    """The rows of ``parts`` (each (rows_i, in)) stacked into one (sum rows_i, in) matrix of dtype
-    ``dt``, stored transposed: the (out, in) view of a C-contiguous (in, out) buffer, the layout
-    ``kvcache.linear`` multiplies fastest.  One copy, the cast included."""
-    rows = sum(len(p) for p in parts)
-    out = np.empty((parts[0].shape[1], rows), dt).T                # (out, in) view of (in, out)
-    lo = 0
-    for p in parts:
-        out[lo:lo + len(p)] = p
-        lo += len(p)
-    return out
+def _shape_problems(given: dict[str, tuple], cfg: ModelConfig) -> list[str]:
+    """What is missing, unexpected or of the wrong shape among tensors of these shapes."""
+    expected = hf_parameter_shapes(cfg)
+    problems = [f"missing {name} {expected[name]}" for name in expected if name not in given]
+    problems += [f"unexpected {name}" for name in given if name not in expected]
+    problems += [f"{name} has shape {tuple(shape)}, expected {expected[name]}"
+                 for name, shape in given.items() if name in expected and tuple(shape) != expected[name]]
+    return problems
 
 
-def _take(arrays: dict[str, np.ndarray], names: list[str], state_dict, consume: bool) -> list[np.ndarray]:
-    """The arrays of ``names``, removed from ``arrays`` (and from ``state_dict`` when ``consume``),
-    so that each source tensor is freed once it is copied into the model."""
-    taken = [arrays.pop(name) for name in names]
-    if consume:
+def _all_finite(a: np.ndarray, values: int = 2**16) -> bool:
+    """True when every value of a (1-D or 2-D) is finite, checked a block of rows of about
+    ``values`` numbers at a time (the test's temporary stays small beside a large matrix)."""
+    a = a.reshape(1, -1) if a.ndim == 1 else a
+    rows = max(1, values // max(1, a.shape[1]))
+    return all(np.isfinite(a[lo:lo + rows]).all() for lo in range(0, len(a), rows))
+
+
+def _assembled(cfg: ModelConfig, dt: np.dtype, vector, fill):
+    """(embed, layers, norm, head) of a model, each array allocated once in its final layout and
+    dtype and filled by the source: ``vector(name)`` gives a norm gain as the model keeps it
+    (``_stored``), ``fill(name, out)`` writes a matrix into ``out`` (its (out, in) view in the
+    model's array).  Every matrix is stored transposed, the (out, in) view of a C-contiguous
+    (in, out) buffer (the layout ``kvcache.linear`` multiplies fastest); q, k, v rows are stacked
+    into wqkv and gate, up rows into w_gate_up.  The norm gains come first: small, and for a
+    source that maps a file, the views of its memory are released before the matrices fill."""
+    shapes = hf_parameter_shapes(cfg)
+    gains = {name: vector(name) for name in shapes if name.endswith("norm.weight")}
+
+    def matrix(*names):
+        rows = sum(shapes[n][0] for n in names)
+        out = np.empty((shapes[names[0]][1], rows), dt).T               # (out, in) view of (in, out)
+        lo = 0
         for name in names:
-            state_dict.pop(name, None)
-    return taken
+            fill(name, out[lo:lo + shapes[name][0]])
+            lo += shapes[name][0]
+        return out
 
-
-def _layer_weights(arrays: dict[str, np.ndarray], prefix: str, dt: np.dtype, state_dict=None,
-                   consume: bool = False) -> LayerWeights:
-    """One layer's weights, stacked: q, k, v rows into wqkv, gate and up rows into w_gate_up, every
-    matrix stored transposed (``_stacked``), the sources dropped as they are copied."""
-    def take(*names):
-        return _take(arrays, [prefix + n for n in names], state_dict, consume)
-
-    def vector(name):                        # a norm gain, already as the model keeps it (from_hf)
-        return take(name)[0]
-
-    return LayerWeights(
-        attn_norm=vector("input_layernorm.weight"),
-        wqkv=_stacked(take("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"), dt),
-        wo=_stacked(take("self_attn.o_proj.weight"), dt),
-        mlp_norm=vector("post_attention_layernorm.weight"),
-        w_gate_up=_stacked(take("mlp.gate_proj.weight", "mlp.up_proj.weight"), dt),
-        w_down=_stacked(take("mlp.down_proj.weight"), dt))
+    layers = []
+    for i in range(cfg.num_hidden_layers):
+        p = f"model.layers.{i}."
+        layers.append(LayerWeights(
+            attn_norm=gains[p + "input_layernorm.weight"],
+            wqkv=matrix(p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"),
+            wo=matrix(p + "self_attn.o_proj.weight"),
+            mlp_norm=gains[p + "post_attention_layernorm.weight"],
+            w_gate_up=matrix(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
+            w_down=matrix(p + "mlp.down_proj.weight")))
+    embed = matrix("model.embed_tokens.weight")
+    head = embed if cfg.tie_word_embeddings else matrix("lm_head.weight")
+    return embed, layers, gains["model.norm.weight"], head
 
 
 class Model:
@@ -295,33 +313,68 @@ class Model:
         if not hasattr(state_dict, "keys"):
             raise TypeError(f"state_dict must map tensor names to arrays, got {type(state_dict).__name__}")
         arrays = _checked_arrays(state_dict, cfg, dt)
-        # The norm gains first: small, and in a GGUF file views of its memory map, which is
-        # released (its pages leave memory) once nothing refers to it, before the matrices fill.
-        for name in [n for n in arrays if n.endswith("norm.weight")]:
-            arrays[name] = np.array(_stored(name, arrays[name], dt))     # a copy, never a view
-            if consume:
-                state_dict.pop(name, None)
         if consume and cfg.tie_word_embeddings:
             state_dict.pop("lm_head.weight", None)            # the table's copy, checked equal above
-        layers = [_layer_weights(arrays, f"model.layers.{i}.", dt, state_dict, consume)
-                  for i in range(cfg.num_hidden_layers)]
-        norm = _take(arrays, ["model.norm.weight"], state_dict, consume)[0]
-        embed = _stacked(_take(arrays, ["model.embed_tokens.weight"], state_dict, consume), dt)
-        head = embed if cfg.tie_word_embeddings else \
-            _stacked(_take(arrays, ["lm_head.weight"], state_dict, consume), dt)
-        return cls(cfg, embed, layers, norm, head)
+
+        def take(name):                       # the source, dropped here (and from a consumed dict)
+            if consume:
+                state_dict.pop(name, None)
+            return arrays.pop(name)
+
+        def fill(name, out):
+            out[...] = take(name)
+
+        return cls(cfg, *_assembled(cfg, dt, lambda name: np.array(_stored(name, take(name), dt)), fill))
+
+    @classmethod
+    def from_gguf(cls, source, dtype=np.float32) -> "Model":
+        """A model from a GGUF file (a path, a ``gguf.GGUFReader`` on it, or its
+        ``kvcache.gguf_file.TensorFile``), streamed: each tensor is dequantized a chunk at a time
+        straight into the model's own array (``_assembled``), so loading never holds a second copy
+        of the weights.  (A caller done with its reader passes the ``TensorFile`` and drops the
+        reader: the reader's parsed metadata then leaves memory before the arrays fill.)
+
+        Refused before anything is read: the config (``read_config``), tensors of types or names
+        the engine does not read, and tensors missing, unexpected or of the wrong shape (every one
+        named).  A tensor holding non-finite values is named once all are read."""
+        from .gguf_file import TensorFile, open_gguf
+
+        dt = _dtype(dtype)
+        if not isinstance(source, TensorFile):
+            source = TensorFile(open_gguf(source) if isinstance(source, (str, Path)) else source)
+        tensors = source                # a reader opened here is unmapped: only the tensor list is kept
+        cfg = ModelConfig.from_dict(tensors.config)
+        problems = _shape_problems(tensors.shapes(), cfg)
+        if problems:
+            raise StateDictError("GGUF file does not fit its config: " + "; ".join(problems))
+        not_finite = []
+
+        def vector(name):
+            gain = _stored(name, tensors.read(name), dt)
+            if not _all_finite(gain):
+                not_finite.append(name)
+            return gain
+
+        def fill(name, out):
+            tensors.read_into(name, out)
+            if not _all_finite(out):
+                not_finite.append(name)
+
+        parts = _assembled(cfg, dt, vector, fill)
+        if not_finite:
+            raise StateDictError(f"GGUF tensor(s) hold non-finite values: {', '.join(not_finite)}")
+        return cls(cfg, *parts)
 
     @classmethod
     def load(cls, path, dtype=np.float32) -> "Model":
         """A model from a folder written by ``save_pretrained`` (config.json and safetensors), a
         GGUF file (``kvcache.gguf_file``), or the name of an installed model (``kvcache.models``)."""
-        from .gguf_file import is_gguf, read_model
+        from .gguf_file import is_gguf
         from .models import resolve
 
         path = resolve(path)
         if is_gguf(path):
-            config, state = read_model(path, _dtype(dtype))
-            return cls.from_hf(state, config, dtype, consume=True)
+            return cls.from_gguf(path, dtype)
         config = read_config(path)
         cfg = ModelConfig.from_dict(config)        # refuse an unsupported model before reading tensors
         return cls.from_hf(read_state_dict(path), cfg, dtype, consume=True)

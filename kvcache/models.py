@@ -75,9 +75,9 @@ def load_with_tokenizer(name_or_path, dtype="float32"):
     """(Model, Tokenizer or None) of a model name, a GGUF file or a save_pretrained folder.
 
     A GGUF file is opened once for both (its reader parses the whole vocabulary); a folder's
-    tokenizer is its tokenizer.json (None when it has none).  The tensors read are handed to
-    the model (``Model.from_hf(..., consume=True)``): each is freed once copied."""
-    from .gguf_file import is_gguf, open_gguf, read_config, read_state_dict
+    tokenizer is its tokenizer.json (None when it has none).  A GGUF file's tensors stream
+    straight into the model's arrays (``Model.from_gguf``)."""
+    from .gguf_file import TensorFile, is_gguf, open_gguf
     from .model import Model
     from .tokenizer import Tokenizer, load_tokenizer
 
@@ -85,18 +85,11 @@ def load_with_tokenizer(name_or_path, dtype="float32"):
     if is_gguf(path):
         reader = open_gguf(path)
         tokenizer = Tokenizer.from_gguf(reader)
-        config = read_config(reader)
-        _forget_vocabulary(reader)
-        state = read_state_dict(reader, config, dtype)
-        del reader                      # unmaps the file: its pages leave memory before the model fills
-        return Model.from_hf(state, config, dtype, consume=True), tokenizer
+        tensors = TensorFile(reader)
+        # the reader holds the vocabulary and the merges as one numpy view per string (about
+        # 90 MB for SmolLM2's 49,152 tokens): dropped before the model's arrays fill, the moment
+        # of the load's peak (the tensor list keeps plain numbers only)
+        del reader
+        return Model.from_gguf(tensors, dtype), tokenizer
     return Model.load(path, dtype=dtype), load_tokenizer(path)
 
-
-def _forget_vocabulary(reader) -> None:
-    """Drop a GGUF reader's parsed ``tokenizer.*`` fields once the tokenizer and the config are
-    built from them: the reader holds the vocabulary and the merges as one numpy view per string
-    (about 90 MB for SmolLM2's 49,152 tokens), which would otherwise stay in memory while every
-    tensor is dequantized, the moment of the load's peak."""
-    for key in [k for k in reader.fields if k.startswith("tokenizer.")]:
-        del reader.fields[key]

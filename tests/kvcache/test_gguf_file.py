@@ -8,6 +8,8 @@ transformers' GGUF loader on the same file.
 """
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 import torch
@@ -16,7 +18,7 @@ import gguf
 
 from engine_helpers import random_state_dict
 from kvcache.config import UnsupportedConfig
-from kvcache.gguf_file import GGUFError, is_gguf, open_gguf, read_model
+from kvcache.gguf_file import CHUNK_VALUES, GGUFError, is_gguf, open_gguf, read_model
 from kvcache.model import Model
 
 Q = gguf.GGMLQuantizationType
@@ -77,9 +79,10 @@ def encode(w: np.ndarray, qtype) -> np.ndarray:
     return gguf.quants.quantize(w.astype(np.float32), qtype)
 
 
-def write_tiny_gguf(path, seed=0, arch="llama", extra_meta=(), extra_tensors=(), types=None, tied=False):
+def write_tiny_gguf(path, seed=0, arch="llama", extra_meta=(), extra_tensors=(), types=None, tied=False,
+                    vocab_size=CONFIG["vocab_size"]):
     """A tiny random Llama as a GGUF file; returns the weights it holds, in transformers' order."""
-    cfg = dict(CONFIG, tie_word_embeddings=tied)
+    cfg = dict(CONFIG, tie_word_embeddings=tied, vocab_size=vocab_size)
     state = random_state_dict(cfg, seed=seed)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(cfg["num_hidden_layers"])
@@ -241,3 +244,45 @@ def test_files_that_are_not_gguf(tmp_path, tiny):
     cut.write_bytes(tiny[0].read_bytes()[:5000])
     with pytest.raises(GGUFError, match="cannot read .*cut.gguf"):
         Model.load(cut)
+
+
+def _model_bytes(model) -> int:
+    arrays = {id(a): a for a in [model.embed, model.norm, model.lm_head]}
+    for w in model.layers:
+        arrays.update({id(a): a for a in (w.attn_norm, w.wqkv, w.wo, w.mlp_norm, w.w_gate_up, w.w_down)})
+    return sum(a.nbytes for a in arrays.values())
+
+
+def _traced_peak(load) -> tuple[int, object]:
+    """(peak bytes allocated while ``load()`` runs, beyond what was held before, its result)."""
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        result = load()
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    return peak, result
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_loading_streams_each_tensor_into_the_model(tmp_path, dtype):
+    """Loading holds the model's arrays and one chunk's temporaries (the dequantizer makes a few
+    of a chunk's size: at most ``TEMPORARIES`` chunks are allowed), never a dequantized copy of the
+    whole file nor of its largest tensor beside the model.  The embedding table and the output
+    layer (16,384 x 64 each) are 16 chunks each, so a tensor read whole would break the bound;
+    the control, ``read_model`` then ``from_hf``, does."""
+    TEMPORARIES = 6
+    path = tmp_path / "wide.gguf"
+    held = write_tiny_gguf(path, seed=7, vocab_size=16384)
+    largest = max(a.size for a in held.values()) * np.dtype(dtype).itemsize
+    chunk = CHUNK_VALUES * 4                                    # bytes of one chunk dequantized to float32
+    assert TEMPORARIES * chunk < largest
+    peak, model = _traced_peak(lambda: Model.load(path, dtype=dtype))
+    weights = _model_bytes(model)
+    assert peak <= weights + TEMPORARIES * chunk, (peak - weights) / chunk
+    np.testing.assert_array_equal(model.embed, held["model.embed_tokens.weight"].astype(dtype))
+    config = read_model(path)[0]
+    peak, _ = _traced_peak(lambda: Model.from_hf(read_model(path, dtype)[1], config, dtype, consume=True))
+    assert peak >= weights + largest

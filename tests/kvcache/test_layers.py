@@ -92,6 +92,27 @@ def test_decode_attention_uses_each_length():
             np.testing.assert_allclose(out[b, h], (w / w.sum()) @ V[b, g, :t], rtol=1e-12)
 
 
+@pytest.mark.parametrize("r, G, length", [(3, 3, 513), (1, 4, 7), (8, 1, 40), (2, 2, 1)])
+def test_decode_attention_of_one_sequence(r, G, length):
+    """A batch of one (its own products per kv head, no mask: the cache is read up to its length)
+    gives plain attention per query head; junk past the length changes nothing; float32 stays
+    float32."""
+    rng = np.random.default_rng(r * 100 + G)
+    d, T = 16, length + 5
+    q = rng.standard_normal((1, G * r, d))
+    K, V = rng.standard_normal((1, G, T, d)), rng.standard_normal((1, G, T, d))
+    out = decode_attention(q, K, V, np.array([length]))
+    for h in range(G * r):
+        np.testing.assert_allclose(out[0, h], one_head_decode(q[0, h], K[0, h // r], V[0, h // r], length),
+                                   rtol=1e-10, atol=1e-12)
+    K[0, :, length:], V[0, :, length:] = 1e6, np.nan
+    np.testing.assert_array_equal(decode_attention(q, K, V, np.array([length])), out)
+    q32, K32, V32 = (a.astype(np.float32) for a in (q, K, V))
+    got32 = decode_attention(q32, K32, V32, np.array([length]))
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, out, rtol=1e-4, atol=1e-5)
+
+
 def one_head_decode(q, K, V, t):
     """softmax(K[:t] q / sqrt(d)) V[:t] for one query head and its key/value head."""
     s = K[:t] @ q / np.sqrt(len(q))
