@@ -36,14 +36,13 @@ SHOWN_KEYS = ("general.architecture", "general.name", "general.size_label", "gen
 def chat_model():
     """(Model, Tokenizer, GGUFReader) of SmolLM2-135M-Instruct: the file is opened once for the
     weights, the tokenizer and the chapter's look at its contents, and read once per process."""
-    from kvcache.gguf_file import open_gguf, read_model
+    from kvcache.gguf_file import open_gguf
     from kvcache.model import Model
     from kvcache.models import model_path
     from kvcache.tokenizer import Tokenizer
 
     reader = open_gguf(model_path(MODEL_NAME))
-    config, state = read_model(reader)
-    return Model.from_hf(state, config), Tokenizer.from_gguf(reader), reader
+    return Model.from_gguf(reader), Tokenizer.from_gguf(reader), reader     # streamed: one copy of the weights
 
 
 def _shown(value) -> str:
