@@ -27,15 +27,16 @@ them for yours, in that process only.)
 """
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .instructions import InstructionFormError, as_instr
+
+if TYPE_CHECKING:       # json and pathlib are for install_from only, imported there: not at every import of ga2
+    from pathlib import Path
 
 __all__ = ["Part", "PARTS", "install", "install_from", "uninstall", "installed", "missing"]
 
@@ -191,6 +192,9 @@ def install_from(notebook: str | Path, *names: str) -> list[str]:
     A function that is still the starter is not installed, and the machine keeps its own part;
     one line says what happened.  Returns the names installed.
     """
+    import json
+    from pathlib import Path
+
     path = Path(notebook)
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
