@@ -44,6 +44,8 @@ MAX_K = 64          # longest inner dimension one MM streams
 MANTISSA_LIMIT = 1 << 24   # the requantizer's multiplier has 24 bits
 MAX_SHIFT = 63             # ... and its shift 6 bits
 
+_INT = frozenset({int})    # the types of a plain instruction's fields
+
 
 class ProgramError(ValueError):
     """A program breaks a limit; ``index``, ``op`` and ``field`` say where."""
@@ -59,6 +61,8 @@ class ProgramError(ValueError):
 def _check_values(index: int, ins: Instr) -> None:
     """Every field present, an integer, and non-negative."""
     names = FIELDS[ins.op]
+    if len(ins.values) == len(names) and set(map(type, ins.values)) <= _INT and min(ins.values, default=0) >= 0:
+        return           # the common case at once: the right number of plain non-negative ints
     if len(ins.values) != len(names):
         missing = names[len(ins.values)] if len(ins.values) < len(names) else "values"
         raise ProgramError(index, ins.op, missing,
@@ -124,9 +128,6 @@ def _valid(ins: Instr, ext_words: int, spad_words: int) -> bool:
     _check_values(-1, ins)
     _check_limits(-1, ins, ext_words, spad_words)
     return True
-
-
-_INT = frozenset({int})
 
 
 def check_instruction(index: int, item, last: int, ext_words: int = EXT_WORDS,

@@ -37,8 +37,8 @@ memory sizes it was checked against.  Only instructions whose fields are all pla
 anything else is checked and decoded afresh at every run, by the same code.  A
 program is a list of keys, never a key itself, so a program changed between two
 runs is decoded from what it holds at the second.  The table holds at most
-``DECODED_CACHE_ENTRIES`` instructions (the oldest go first): crafted programs
-cannot grow it for the rest of the process.
+``DECODED_CACHE_ENTRIES`` instructions (when full, it starts afresh): crafted
+programs cannot grow it for the rest of the process.
 """
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def _decode_afresh(index: int, item, last: int, ext_words: int, spad_words: int,
     entry = _decode_instruction(ins)
     if type(ins) is Instr and set(map(type, ins.values)) <= _INT:
         if len(table) >= DECODED_CACHE_ENTRIES:
-            del table[next(iter(table))]          # the oldest entry
+            table.clear()                         # full: start afresh (cheaper than evicting one by one)
         table[ins] = entry
     return entry
 

@@ -106,8 +106,7 @@ def test_the_table_is_bounded_and_keeps_working_past_its_bound(empty_table):
         program = [build("LD", dst=k % 4096, src=k, len=1) for k in range(start, min(start + 50, count))]
         m = Machine(ext, ext_words=count + 10).run(program + [HALT])
         assert all(int(m.spad[k % 4096]) == k for k in range(start, min(start + 50, count)))
-        assert table_size() <= DECODED_CACHE_ENTRIES
-    assert table_size() == DECODED_CACHE_ENTRIES
+        assert 0 < table_size() <= DECODED_CACHE_ENTRIES
 
 
 def test_the_trace_sees_the_programs_own_instructions_in_order(empty_table):
