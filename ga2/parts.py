@@ -55,9 +55,9 @@ def _machine_requantizer(fn: Callable) -> Callable:
         if q.shape != words.shape or q.dtype.kind not in "iu":
             raise ValueError(f"the installed requant returned {q.dtype} values of shape {q.shape} for int "
                              f"words of shape {words.shape}: it must return an int array of the same shape")
-        q = q.astype(np.int64)
+        q = q.astype(np.int64)                                   # a copy too: the answer keeps its array
         if relu:
-            q = np.maximum(q, 0)
+            np.maximum(q, 0, out=q)
         return q.tolist() if isinstance(acc, (list, tuple)) else q
 
     requantizer.installed = fn
