@@ -2,10 +2,16 @@
 
 Measures, in one run, with ``time.perf_counter`` wall time:
 
+0. ``import ga2`` in a fresh interpreter, after numpy: the CPU time it adds (the median of
+   alternating runs of ``import numpy`` and ``import numpy; import ga2``); every exercise
+   sandbox that runs the machine pays it;
 1. simulator throughput: every program of the decode loops that ``check_pipeline`` runs
    (both variants, every step), executed from its starting EXT; instructions and simulated
    cycles per second, for ``ga2.machine.Machine`` (numpy) and ``bench.naive_ga2.NaiveMachine``
-   (a per-word Python interpreter);
+   (a per-word Python interpreter); then ``Machine.run`` on the programs of one 32-token decode
+   loop (both variants, 64 programs), CPU time per instruction with the table of decoded
+   instructions emptied before each round (every instruction checked and decoded: what a fresh
+   process pays) and with it full (what the steps after the first pay), and ``decode`` alone;
 2. ``attn.check_pipeline(exact=True, stagewise=True)``: best of 3 (goal: under 3 s);
 3. the whole mutation table (23 mutants + 2 equivalent changes, 2 worker processes, or 1 on a
    one-core machine; goal:
@@ -24,10 +30,13 @@ the processor and its usable cores are printed first (``lessons.machine_facts``)
 from __future__ import annotations
 
 import os
+import statistics
+import subprocess
+import sys
 import time
 
-from ga2 import attn, checks, mutants
-from ga2.machine import Machine
+from ga2 import attn, checks, limits, machine as machine_module, mutants
+from ga2.machine import Machine, decode
 from lessons.machine_facts import describe_machine, read_machine
 
 from .naive_ga2 import NaiveMachine
@@ -57,6 +66,59 @@ def _workload():
             for step in attn.sequence(attn.make_example(L, 100 * L + seed)):
                 pairs += [(run.program, run.ext_before, run.counters) for run in (step.cached, step.recompute)]
     return pairs
+
+
+def _import_cost(rounds: int = 9) -> tuple[float, float]:
+    """Median CPU seconds of a fresh interpreter importing numpy, and what ``import ga2`` adds."""
+    # Bytecode written and read as a sandbox's copy has it (compiled in advance): a first, unmeasured
+    # run writes it even where PYTHONDONTWRITEBYTECODE is set, else every run would compile ga2.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    code = ("import time, sys; t = time.process_time(); import numpy; n = time.process_time(); import ga2; "
+            "print(n - t, time.process_time() - n)")
+    numpy_s, ga2_s = [], []
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
+    for _ in range(rounds):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        a, b = map(float, out.stdout.split())
+        numpy_s.append(a)
+        ga2_s.append(b)
+    return statistics.median(numpy_s), statistics.median(ga2_s)
+
+
+def decode_loop_programs(L: int = 32, seed: int = 3):
+    """(program, EXT before it) of every step of one decode loop of L tokens, both variants."""
+    return [(run.program, run.ext_before) for step in attn.sequence(attn.make_example(L, seed))
+            for run in (step.cached, step.recompute)]
+
+
+def _empty_tables() -> None:
+    """Forget every decoded and checked instruction: the state of a fresh process."""
+    machine_module._decoded.clear()
+    limits._valid.cache_clear()
+
+
+def _run_cpu(pairs, cold: bool, repeats: int) -> float:
+    """Best CPU seconds over ``repeats`` of running every program (the tables emptied first if cold)."""
+    best = float("inf")
+    for _ in range(repeats):
+        if cold:
+            _empty_tables()
+        start = time.process_time()
+        for program, ext in pairs:
+            Machine(ext).run(program)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def _decode_cpu(pairs, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for program, _ in pairs:
+            decode(program)
+        best = min(best, time.process_time() - start)
+    return best
 
 
 def _throughput(machine, pairs, repeats: int):
@@ -101,6 +163,9 @@ def main() -> int:
     workers = workers_for(facts.usable_cpus)
     print(f"machine: {describe_machine(facts)}; {workers} worker process(es) for the mutation table")
     print(f"load average at start: {_load()} (wall times grow with the load)")
+    numpy_s, ga2_s = _import_cost()
+    print(f"\n== 0. import ga2 in a fresh interpreter: {1000 * ga2_s:.1f} ms of CPU after numpy's {1000 * numpy_s:.0f} ms "
+          "(medians of 9)")
     pairs = _workload()
     print(f"\n== 1. simulator throughput: the {len(pairs)} programs of check_pipeline's decode loops")
     fast = _throughput(Machine, pairs, repeats=3)
@@ -109,6 +174,13 @@ def main() -> int:
         print(f"  {name:15s} {n:,} instructions, {cycles:,} simulated cycles in {seconds:6.3f} s: "
               f"{ips:10,.0f} instructions/s {cps:14,.0f} simulated cycles/s")
     print(f"  numpy machine / naive interpreter: {naive[0] / fast[0]:.1f}x faster")
+    loop = decode_loop_programs()
+    n = sum(len(program) for program, _ in loop)
+    cold, warm, decoding = _run_cpu(loop, True, 5), _run_cpu(loop, False, 5), _decode_cpu(loop, 5)
+    print(f"  Machine.run on a 32-token decode loop ({len(loop)} programs, {n} instructions), CPU, best of 5:")
+    print(f"    decoded table emptied first {1000 * cold:6.1f} ms ({1e6 * cold / n:5.2f} us per instruction)")
+    print(f"    decoded table full          {1000 * warm:6.1f} ms ({1e6 * warm / n:5.2f} us per instruction); "
+          f"decode alone {1000 * decoding:5.1f} ms ({1e6 * decoding / n:4.2f} us)")
 
     print("\n== 2. attn.check_pipeline(exact=True, stagewise=True): 24 decode loops, 228 steps, both programs")
     worst, problems = attn.check_pipeline(exact=True, stagewise=True)

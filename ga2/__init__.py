@@ -19,11 +19,24 @@ The contract is ``ga2-spec.md`` (the machine).  Modules, one concept each:
                  machine (``python -m ga2.rtl``; a package of its own, imported on demand)
 """
 
-# The library modules come with the package; mutants, study and report are programs too
+# The library modules come with the package, but for ``attn``, the program builder, which only some
+# users need (the sandbox of an exercise about it has none): it is imported on first use,
+# ``ga2.attn`` and ``from ga2 import attn`` alike.  mutants, study and report are programs too
 # (python -m ga2.mutants, ...), so they are imported on demand: importing them here would
 # make ``python -m`` run a second copy.
-from . import isa, machine, quant, softmax, plan, attn, checks, parts  # noqa: E402,F401
+from . import isa, machine, quant, softmax, plan, checks, parts  # noqa: E402,F401
 from .parts import install, install_from, missing, uninstall  # noqa: E402,F401
 
 __all__ = ["isa", "machine", "quant", "softmax", "plan", "attn", "checks", "parts",
            "install", "install_from", "uninstall", "missing"]
+
+_ON_FIRST_USE = ("attn",)
+
+
+def __getattr__(name: str):
+    """``ga2.attn`` imports the builder the first time it is read (PEP 562)."""
+    if name in _ON_FIRST_USE:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

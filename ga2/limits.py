@@ -33,7 +33,7 @@ from .instructions import FIELDS, Instr, InstructionFormError, as_instr
 
 __all__ = [
     "EXT_WORDS", "SPAD_WORDS", "MAX_M", "MAX_N", "MAX_K", "MANTISSA_LIMIT", "MAX_SHIFT",
-    "ProgramError", "check_program",
+    "ProgramError", "check_program", "check_instruction", "check_ends_with_halt",
 ]
 
 EXT_WORDS = 8192    # external DRAM, in 32-bit words (the attention programs need 8192)
@@ -43,6 +43,8 @@ MAX_N = 4           # columns of the systolic array
 MAX_K = 64          # longest inner dimension one MM streams
 MANTISSA_LIMIT = 1 << 24   # the requantizer's multiplier has 24 bits
 MAX_SHIFT = 63             # ... and its shift 6 bits
+
+_INT = frozenset({int})    # the types of a plain instruction's fields
 
 
 class ProgramError(ValueError):
@@ -59,6 +61,8 @@ class ProgramError(ValueError):
 def _check_values(index: int, ins: Instr) -> None:
     """Every field present, an integer, and non-negative."""
     names = FIELDS[ins.op]
+    if len(ins.values) == len(names) and set(map(type, ins.values)) <= _INT and min(ins.values, default=0) >= 0:
+        return           # the common case at once: the right number of plain non-negative ints
     if len(ins.values) != len(names):
         missing = names[len(ins.values)] if len(ins.values) < len(names) else "values"
         raise ProgramError(index, ins.op, missing,
@@ -126,7 +130,35 @@ def _valid(ins: Instr, ext_words: int, spad_words: int) -> bool:
     return True
 
 
-_INT = frozenset({int})
+def check_instruction(index: int, item, last: int, ext_words: int = EXT_WORDS,
+                      spad_words: int = SPAD_WORDS) -> Instr:
+    """Instruction ``index`` of a program whose last index is ``last``, checked: every limit of its
+    own, and HALT only at the end.  Returns it as an ``Instr``; raises ``ProgramError`` naming
+    ``index`` otherwise.  (``check_program`` is this for every instruction, then the final HALT.)"""
+    try:
+        ins = as_instr(item)
+    except InstructionFormError as err:
+        raise ProgramError(index, err.op, err.field, err.reason) from None
+    if ins.op not in FIELDS:
+        raise ProgramError(index, ins.op, "op", f"unknown operation (GA-2 has {', '.join(FIELDS)})")
+    if not set(map(type, ins.values)) <= _INT:
+        # Before the cache: 1.0 == 1, so a float must not find the int's entry.
+        _check_values(index, ins)
+    try:
+        _valid(ins, ext_words, spad_words)
+    except ProgramError as err:  # the same error, now with the instruction's index
+        raise ProgramError(index, err.op, err.field, err.reason) from None
+    if ins.op == "HALT" and index != last:
+        raise ProgramError(index, "HALT", "op",
+                           f"HALT before the end: the {last - index} instruction(s) after it could never run")
+    return ins
+
+
+def check_ends_with_halt(checked: Sequence[Instr], length: int) -> None:
+    """The last rule: a program ends with HALT (a missing one is reported at index ``length``,
+    the place where it should be; an empty program misses it too)."""
+    if not checked or checked[-1].op != "HALT":
+        raise ProgramError(length, "HALT", "op", "missing: a program must end with HALT")
 
 
 def check_program(program: Sequence, ext_words: int = EXT_WORDS, spad_words: int = SPAD_WORDS) -> list[Instr]:
@@ -136,26 +168,7 @@ def check_program(program: Sequence, ext_words: int = EXT_WORDS, spad_words: int
     Raises ``ProgramError(index, op, field, reason)`` at the first broken limit.  A missing
     final HALT is reported at index ``len(program)``, the place where it should be.
     """
-    checked = []
     last = len(program) - 1
-    for index, item in enumerate(program):
-        try:
-            ins = as_instr(item)
-        except InstructionFormError as err:
-            raise ProgramError(index, err.op, err.field, err.reason) from None
-        if ins.op not in FIELDS:
-            raise ProgramError(index, ins.op, "op", f"unknown operation (GA-2 has {', '.join(FIELDS)})")
-        if not set(map(type, ins.values)) <= _INT:
-            # Before the cache: 1.0 == 1, so a float must not find the int's entry.
-            _check_values(index, ins)
-        try:
-            _valid(ins, ext_words, spad_words)
-        except ProgramError as err:  # the same error, now with the instruction's index
-            raise ProgramError(index, err.op, err.field, err.reason) from None
-        if ins.op == "HALT" and index != last:
-            raise ProgramError(index, "HALT", "op",
-                               f"HALT before the end: the {last - index} instruction(s) after it could never run")
-        checked.append(ins)
-    if not checked or checked[-1].op != "HALT":
-        raise ProgramError(len(program), "HALT", "op", "missing: a program must end with HALT")
+    checked = [check_instruction(index, item, last, ext_words, spad_words) for index, item in enumerate(program)]
+    check_ends_with_halt(checked, len(program))
     return checked

@@ -48,7 +48,7 @@ def round_half_away(x):
 
 def saturate(q, limit: int = QMAX):
     """Clamp integers to -limit..limit."""
-    r = np.clip(q, -limit, limit)
+    r = np.minimum(np.maximum(q, -limit), limit)   # np.clip's checks cost more than the clamp itself
     return int(r) if _is_scalar(q) else np.asarray(r, dtype=np.int64)
 
 
