@@ -183,6 +183,9 @@ print(json.dumps(times))
 """
 
 
+BASELINE_PARTS = ("graders", "public_checks", "ga2")     # what a baseline grader brings of its own
+
+
 def _baseline_revision() -> tuple[str | None, str]:
     """(revision, why): the grader to compare with, or None and why not."""
     asked = os.environ.get("BENCH_GRADER_BASELINE", "")
@@ -194,21 +197,22 @@ def _baseline_revision() -> tuple[str | None, str]:
                                       check=True).stdout.strip()
         rev = subprocess.run(git + ["rev-parse", "--short", rev], capture_output=True, text=True,
                              check=True).stdout.strip()
-        same = subprocess.run(git + ["diff", "--quiet", rev, "--", "graders"]).returncode == 0
+        same = subprocess.run(git + ["diff", "--quiet", rev, "--", *BASELINE_PARTS]).returncode == 0
     except (OSError, subprocess.CalledProcessError) as err:
         return None, f"no git revision to compare with ({err})"
     if same:
-        return None, f"graders/ is the same as at {rev} (set BENCH_GRADER_BASELINE=REV to compare with another)"
+        return None, f"graders/, public_checks/ and ga2/ are the same as at {rev} (set BENCH_GRADER_BASELINE=REV to compare with another)"
     return rev, ""
 
 
 def _baseline_tree(rev: str) -> Path:
-    """The grader (``graders/``, ``public_checks/``) of revision ``rev``, extracted once."""
+    """The grader (``graders/``, ``public_checks/``) of revision ``rev``, with the ``ga2`` its
+    sandboxes hold, extracted once."""
     old = OUT / f"baseline-{rev}"
-    if not (old / "graders").is_dir():
+    if not all((old / part).is_dir() for part in BASELINE_PARTS):
         shutil.rmtree(old, ignore_errors=True)
         old.mkdir(parents=True)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "graders", "public_checks"],
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *BASELINE_PARTS],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(old)], input=archive, check=True)
     return old
@@ -375,11 +379,12 @@ def grade_mutants_once(tree: Path, path: Path, options: tuple[str, ...] = ()) ->
     started was waited for), the score, the number of sandbox runs and how many ran at once at
     most (from the runs' start times and lengths)."""
     out = Path(tempfile.mkdtemp(prefix="bench-mutants-")) / "result.json"
+    # run from ``tree``: ``-m`` puts the working folder first on sys.path, before PYTHONPATH
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)])}
     try:
         cpu, start = _cpu_of_children(), time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "graders", "grade", str(path), "--exercise", "mutants",
-                               "--json", str(out), *options], cwd=ROOT, env=env, capture_output=True, text=True,
+                               "--json", str(out), *options], cwd=tree, env=env, capture_output=True, text=True,
                               timeout=900)
         wall, cpu = time.perf_counter() - start, _cpu_of_children() - cpu
         if proc.returncode != 0 or not out.exists():
