@@ -47,7 +47,6 @@ import sys
 import tempfile
 import textwrap
 import time
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
