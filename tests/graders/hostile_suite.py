@@ -465,8 +465,8 @@ MUTANTS_LIMITS = Limits(test_seconds=5, submission_seconds=20, import_seconds=5)
 MARKS = ("MUTANTS-FLOOD-MARK", "MUTANTS-SOURCE-MARK", "MUTANTS-IMPORT-MARK")
 
 
-def grade_mutants_check(filename, isolation, limits=MUTANTS_LIMITS):
-    result = grade_hostile(filename, "mutants", isolation, limits=limits, fill={"__CHECKOUT__": ROOT})
+def grade_mutants_check(filename, isolation, limits=MUTANTS_LIMITS, fill=None):
+    result = grade_hostile(filename, "mutants", isolation, limits=limits, fill={"__CHECKOUT__": ROOT, **(fill or {})})
     assert result["status"] != "grader_error", result["output"]
     import json
     text = json.dumps(result)
@@ -546,20 +546,31 @@ def assert_ran_together(spans, isolation):
         assert overlapping == 0, spans
 
 
+def grade_neighbour_attack(filename, isolation, sandboxes, fill=None):
+    """A check that looks for the sandbox beside it, graded with ``sandboxes`` at once: the
+    result (status ok) and the runs' spans (start, end), sorted."""
+    needs(isolation, "file_view")
+    result = grade_mutants_check(filename, isolation, Limits(test_seconds=5, submission_seconds=120,
+                                                             import_seconds=5, sandboxes=sandboxes), fill)
+    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
+    return result, sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
+
+
+def assert_saw_no_one(result):
+    """The check accepted every builder and so caught nothing: it found no neighbour."""
+    assert validity(result)["status"] == "passed", validity(result)["output"]
+    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
+    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of "), caught["output"]
+
+
 def test_a_check_cannot_reach_the_builder_judged_beside_it(isolation):
     """Two builders are judged at once, each in a sandbox of its own: a check that looks for its
     neighbour (a lock on a file both read, a watch on the folder both import from, /tmp,
     /dev/shm, an abstract socket name) and rejects a builder when it finds one sees no one.  It
     accepts every builder and catches nothing; the runs did overlap, so the attack had its
     chance."""
-    needs(isolation, "file_view")
-    result = grade_mutants_check("mutants_neighbour.py", isolation,
-                                 Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=2))
-    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
-    assert validity(result)["status"] == "passed", validity(result)["output"]
-    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
-    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of ")
-    spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
+    result, spans = grade_neighbour_attack("mutants_neighbour.py", isolation, sandboxes=2)
+    assert_saw_no_one(result)
     assert len(spans) == 1 + len(mutants_exercise.WHEATS) + len(mutants_exercise.chaffs())
     assert_ran_together(spans, isolation)
 
@@ -571,16 +582,10 @@ def test_a_check_cannot_signal_its_neighbour_through_a_counter_of_the_machine(is
     ``/dev/ptmx``, the pages of every tmpfs in ``/proc/meminfo`` through its own ``/dev/shm``,
     the machine's thread count in ``/proc/loadavg`` through threads of its own) and rejects a builder when the count shows a neighbour's share beside its own
     must see no one: it accepts every builder and catches nothing, although the runs overlapped."""
-    needs(isolation, "file_view")
-    result = grade_hostile("mutants_neighbour_counters.py", "mutants", isolation,
-                           limits=Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=2),
-                           fill={"__CHANNEL__": channel})
-    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
-    spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
+    result, spans = grade_neighbour_attack("mutants_neighbour_counters.py", isolation, sandboxes=2,
+                                           fill={"__CHANNEL__": channel})
     assert_ran_together(spans, isolation)
-    assert validity(result)["status"] == "passed", validity(result)["output"]
-    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
-    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of "), caught["output"]
+    assert_saw_no_one(result)
 
 
 def test_a_check_cannot_reach_its_neighbour_through_a_vsock_port(isolation):
@@ -588,15 +593,9 @@ def test_a_check_cannot_reach_its_neighbour_through_a_vsock_port(isolation):
     machine, whatever the network namespace, so a check that binds a fixed port and rejects a
     builder when the port is already taken would find the sandbox beside it.  It must see no one:
     it accepts every builder and catches nothing, although the runs overlapped."""
-    needs(isolation, "file_view")
-    result = grade_mutants_check("mutants_neighbour_vsock.py", isolation,
-                                 Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=2))
-    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
-    spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
+    result, spans = grade_neighbour_attack("mutants_neighbour_vsock.py", isolation, sandboxes=2)
     assert_ran_together(spans, isolation)
-    assert validity(result)["status"] == "passed", validity(result)["output"]
-    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
-    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of "), caught["output"]
+    assert_saw_no_one(result)
 
 
 @pytest.mark.parametrize("filename, channel", [("mutants_neighbour_counters.py", "aio"),
@@ -607,13 +606,7 @@ def test_a_sandbox_leaves_nothing_in_the_machine_for_the_next_one(isolation, fil
     context, pseudo-terminals) or held there (a vsock port) is gone when the next run starts,
     so the attacks that look for a neighbour through them see no one, accept every builder and
     catch nothing (and what they find with two at once is the neighbour, not a run before)."""
-    needs(isolation, "file_view")
-    result = grade_hostile(filename, "mutants", isolation,
-                           limits=Limits(test_seconds=5, submission_seconds=120, import_seconds=5, sandboxes=1),
-                           fill={"__CHANNEL__": channel} if channel else None)
-    assert result["status"] == "ok", [t["output"] for t in result["tests"]]
-    spans = sorted((r["started"], r["started"] + r["seconds"]) for r in result["runs"])
+    result, spans = grade_neighbour_attack(filename, isolation, sandboxes=1,
+                                           fill={"__CHANNEL__": channel} if channel else None)
     assert not any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans
-    assert validity(result)["status"] == "passed", validity(result)["output"]
-    caught = next(t for t in result["tests"] if t["name"].startswith("part 2: rejects"))
-    assert caught["score"] == 0 and caught["output"].startswith("caught 0 of "), caught["output"]
+    assert_saw_no_one(result)
