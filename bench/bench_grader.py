@@ -414,7 +414,8 @@ def bench_mutants(rounds: int, log) -> dict:
     and this one; the medians of each, and the load average around them."""
     path = ROOT / "solutions" / "mutants.ipynb"
     rev, why = _baseline_revision()
-    trees = {"this grader": (ROOT, ()), "this grader, one sandbox at a time": (ROOT, ("--sandboxes", "1"))}
+    trees = {"this grader": (ROOT, ()), "this grader, one sandbox at a time": (ROOT, ("--sandboxes", "1")),
+             "this grader, every run in a fresh sandbox": (ROOT, ("--cold",))}
     if rev is not None:
         trees = {f"the grader at {rev}": (_baseline_tree(rev), ()), **trees}
     measured: dict[str, list[dict]] = {label: [] for label in trees}

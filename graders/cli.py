@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sandboxes", type=_positive_int, default=None, metavar="N",
                    help="isolated sandboxes of the submission run at once (default: one per core, two "
                         "at most; always one in the fallback without namespaces or when not run as root)")
+    g.add_argument("--cold", action="store_true",
+                   help="start every run in a sandbox and an interpreter of its own, instead of forking "
+                        "it from a warm sandbox that has loaded numpy (slower; to compare)")
 
     b = sub.add_parser("batch", help="grade every submission in a folder into a gradebook")
     b.add_argument("directory", metavar="DIR",
@@ -181,7 +184,7 @@ def _grade(args) -> int:
     line = (ProgressLine(sys.stderr, _exercise_for_progress(args))
             if not args.no_progress and _is_terminal(sys.stderr) else None)
     try:
-        limits = dataclasses.replace(_limits(args), sandboxes=args.sandboxes)
+        limits = dataclasses.replace(_limits(args), sandboxes=args.sandboxes, warm=not args.cold)
         result = grade_file(args.submission, args.exercise, limits=limits, isolation=args.isolation,
                             progress=line.update if line else None)
     except (UsageError, SandboxUnavailable) as err:     # (bwrap asked for where it cannot run)

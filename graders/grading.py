@@ -295,7 +295,7 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
                                         "started": round(max(0.0, r.started - clock), 3),
                                         "seconds": round(r.elapsed, 3), "cgroup": r.cgroup,
                                         "oom_killed": r.oom_killed, "supervisor_lost": r.supervisor_lost,
-                                        "dropped_messages": r.transcript.dropped,
+                                        "dropped_messages": r.transcript.dropped, "warm": r.warm,
                                         "left_over": (r.ended.get("reaped") if type(r.ended.get("reaped")) is int
                                                       else None)} for r in runs]},
                        **common)
@@ -462,7 +462,8 @@ def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: lis
         progress(0, len(runnable))
     pending = list(units)
     at_once = runs_at_once(sandbox, limits)
-    with ThreadPoolExecutor(max_workers=at_once) as pool:
+    # the warm sandboxes end before the threads that started them (bubblewrap dies with its thread)
+    with ThreadPoolExecutor(max_workers=at_once) as pool, sandbox.warm_runs(limits):
         running = {}
         while pending or running:
             while pending and len(running) < at_once and not stop_now():

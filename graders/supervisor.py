@@ -383,18 +383,23 @@ def _options(argv: list[str]) -> tuple[dict, list[str]]:
     return opts, argv[split + 1:]
 
 
+def _reporter(fd: int | None):
+    """A function that sends one report (a JSON line) on ``fd``, and ignores a closed one."""
+    def report(message: dict) -> None:
+        if fd is not None:
+            try:
+                os.write(fd, (json.dumps(message) + "\n").encode())
+            except OSError:
+                pass
+    return report
+
+
 def main(argv: list[str]) -> None:
     opts, harness_argv = _options(argv[1:])
     report_fd = int(opts["report_fd"]) if "report_fd" in opts else None
     uid = int(opts["uid"]) if "uid" in opts else None
 
-    def report(message: dict) -> None:
-        if report_fd is not None:
-            try:
-                os.write(report_fd, (json.dumps(message) + "\n").encode())
-            except OSError:
-                pass
-
+    report = _reporter(report_fd)
     seccomp = None
     if "seccomp_fd" in opts:                        # read now: the harness never holds it
         try:
@@ -435,6 +440,16 @@ def main(argv: list[str]) -> None:
         except OSError as err:
             report({"t": "supervisor", "error": f"the sandbox's file system: {err}"})
             os._exit(71)
+    if "serve" in opts:
+        serve(int(opts["serve"]), harness, harness_argv, seccomp, opts)
+    supervise(harness, harness_argv, uid, seccomp, report, opts, pid1=pid1, subreaper=subreaper, view=view)
+
+
+def supervise(harness, harness_argv, uid, seccomp, report, opts, *, pid1: bool, subreaper: bool, view) -> None:
+    """Fork the harness (privileges dropped, the seccomp filter installed), reap what ends below
+    this process until the harness has ended, kill what is left, report, and exit with the
+    harness's status.  Never returns."""
+    report_fd = int(opts["report_fd"]) if "report_fd" in opts else None
     if subreaper:
         signal.signal(signal.SIGTERM, _stop)        # the grader's "end it now" (PID 1 is killed instead)
     # What holds is said before the harness starts: the submission may kill this process first.
@@ -486,6 +501,186 @@ def main(argv: list[str]) -> None:
         code = os.WEXITSTATUS(status)
     report({"t": "exit", "code": code, "stopped": stopped, "reaped": reaped, "left": left})
     os._exit(code)
+
+
+# ---------------------------------------------------------------------- the warm sandbox
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+RUN_FDS = (3, 4)            # in a warm run: the report descriptor, the results channel
+JOBS = "/sandbox/jobs"      # a warm sandbox's job folders, one per run, each bound at /sandbox/in
+_NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+def serve(control_fd: int, harness, harness_argv, seccomp: bytes | None, opts: dict) -> None:
+    """A warm sandbox's first process: loads numpy once, then runs one run per request from the
+    grader, one after another, each in namespaces of its own.  Never returns.
+
+    It is PID 1 of the sandbox bubblewrap made (the system and Python read-only, no network),
+    and keeps what it needs to make a run's namespaces.  A request on ``control_fd`` (a
+    SOCK_SEQPACKET socket: one message each) is ``{"t": "run", "job", "libs", "uid", "argv"}``
+    with three descriptors (report, results channel, output); ``{"t": "stop"}`` kills the run
+    in progress.  For each run it forks a process that makes fresh mount, PID, network, IPC and
+    UTS namespaces and forks the run's own PID 1 (``_fresh_run``), which shows the run only its
+    own job folder and fresh ``/tmp``, ``/dev/shm``, ``/scratch`` and ``/proc`` and then is the
+    run's supervisor (``supervise``): nothing one run writes, starts or names outlives it, and
+    this process, which holds nothing of any run (it never reads a job folder), is out of every
+    run's sight.  It answers ``{"t": "started"}`` and ``{"t": "ended", "code"}`` for each run.
+    """
+    import select
+    import socket
+    site = [p for p in opts.get("preload_site", "").split(os.pathsep) if p]
+    sys.path[:0] = site
+    try:
+        import importlib
+        importlib.import_module("numpy")        # once here: each run starts from a copy of this process
+    except ImportError:
+        pass
+    del sys.path[:len(site)]
+    control = socket.socket(fileno=control_fd)
+    tmp_bytes = int(opts.get("tmp_bytes", 64 << 20))
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 1 << 16, 3)
+        except OSError:
+            break
+        if not data:
+            break                                   # the grader is done with this sandbox
+        try:
+            request = json.loads(data)
+        except ValueError:
+            request = {}
+        if request.get("t") != "run" or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            continue
+        run = _start_run(request, fds, control_fd, harness, harness_argv, seccomp, tmp_bytes)
+        for fd in fds:
+            os.close(fd)
+        control.send(json.dumps({"t": "started", "ok": run is not None}).encode())
+        code = NOT_STARTED if run is None else _wait_run(run, control, select)
+        control.send(json.dumps({"t": "ended", "code": code}).encode())
+    os._exit(0)
+
+
+def _wait_run(pid: int, control, select) -> int:
+    """Wait for the run whose PID 1 is ``pid`` (a child of this process) to end, or kill it when
+    the grader asks; its exit status as ``supervise`` gives it."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        while True:
+            ready, _, _ = select.select([pidfd, control], [], [])
+            if control in ready:
+                try:
+                    message = control.recv(1 << 16)
+                except OSError:
+                    message = b""
+                if not message or b'"stop"' in message:
+                    os.kill(pid, signal.SIGKILL)    # PID 1 of its namespace: all of it goes
+            if pidfd in ready:
+                _, status = os.waitpid(pid, 0)      # the kernel has killed the rest of it by now
+                return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    finally:
+        os.close(pidfd)
+
+
+def _start_run(request: dict, fds, control_fd: int, harness, harness_argv, seccomp, tmp_bytes: int) -> int | None:
+    """Fork the run's namespaces and its PID 1; that PID 1's process id (a child of this
+    process, the one between having exited), or None when they could not be made."""
+    job, libs, uid = request.get("job"), request.get("libs", []), request.get("uid")
+    argv = request.get("argv")
+    if not (_plain_name(job) and isinstance(libs, list) and all(map(_plain_name, libs))
+            and (uid is None or type(uid) is int) and isinstance(argv, list)
+            and all(isinstance(a, str) for a in argv)):
+        return None
+    found_r, found_w = os.pipe()
+    between = os.fork()
+    if between == 0:
+        try:
+            os.close(found_r)
+            ctypes, libc = _libc()
+            if libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0:
+                os._exit(NOT_STARTED)
+            _mount(libc, ctypes, None, "/", None, MS_REC | MS_PRIVATE)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.close(found_w)
+                    _fresh_run(job, libs, uid, fds, control_fd, harness, [harness_argv[0]] + argv, seccomp,
+                               tmp_bytes)
+                finally:
+                    os._exit(NOT_STARTED)
+            os.write(found_w, str(pid).encode())
+        finally:
+            os._exit(0)
+    os.close(found_w)
+    found = _read_all(found_r)
+    os.close(found_r)
+    os.waitpid(between, 0)
+    return int(found) if found.isdigit() else None
+
+
+def _plain_name(name) -> bool:
+    return isinstance(name, str) and 0 < len(name) <= 100 and set(name) <= _NAME_OK and name not in (".", "..")
+
+
+def _fresh_run(job: str, libs: list[str], uid, fds, control_fd: int, harness, harness_argv, seccomp,
+               tmp_bytes: int) -> None:
+    """A warm run's PID 1, in its fresh namespaces: its own file system view, then ``supervise``.
+    Never returns."""
+    report_fd, channel_fd, output_fd = fds
+    report = _reporter(RUN_FDS[0])
+    try:
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        os.dup2(report_fd, RUN_FDS[0])
+        os.dup2(channel_fd, RUN_FDS[1])
+        os.closerange(RUN_FDS[1] + 1, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 1024)
+        _run_view(job, libs, tmp_bytes)
+    except OSError as err:
+        report({"t": "supervisor", "error": f"the run's file system: {err}"})
+        os._exit(71)
+    _reseed()
+    opts = {"report_fd": str(RUN_FDS[0]), "close": str(RUN_FDS[1])}
+    # the command line a sandbox of its own would have run (the submission may read it)
+    sys.argv = [sys.argv[0], "/sandbox/supervisor.py", "--report-fd", opts["report_fd"], "--close", opts["close"],
+                *(["--uid", str(uid)] if uid is not None else []), "--", *harness_argv]
+    supervise(harness, harness_argv, uid, seccomp, report, opts, pid1=True, subreaper=False, view=None)
+
+
+def _run_view(job: str, libs: list[str], tmp_bytes: int) -> None:
+    """A warm run's file system, in its own mount namespace: a fresh ``/proc`` of its PID
+    namespace (machine-wide entries covered again), fresh ``/tmp``, ``/dev/shm`` and
+    ``/scratch``, its job folder at ``/sandbox/in`` and the packages copied into it at
+    ``/sandbox/lib``, read-only; every other run's folder covered; the root read-only."""
+    ctypes, libc = _libc()
+    sealed = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _mount(libc, ctypes, "proc", "/proc", "proc", sealed)
+    for folder in machine_wide_dirs("/proc"):
+        _mount(libc, ctypes, "tmpfs", folder, "tmpfs", sealed | MS_RDONLY, "mode=0555,size=4k,nr_inodes=8")
+    for path in machine_wide_files("/proc"):
+        _mount(libc, ctypes, "/dev/null", path, None, MS_BIND)
+    for folder in ("/tmp", "/dev/shm", "/scratch"):
+        _mount(libc, ctypes, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(tmp_bytes)}")
+    binds = [(f"{JOBS}/{job}", "/sandbox/in")] + [(f"{JOBS}/{job}/lib/{lib}", f"/sandbox/lib/{lib}") for lib in libs]
+    for source, target in binds:
+        os.makedirs(target, 0o755, exist_ok=True)   # a mount point in the sandbox's root, made as root
+        _mount(libc, ctypes, source, target, None, MS_BIND | MS_REC)
+        _mount(libc, ctypes, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _mount(libc, ctypes, "tmpfs", JOBS, "tmpfs", sealed | MS_RDONLY, "mode=0555,size=4k,nr_inodes=8")
+    _mount(libc, ctypes, None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir("/scratch")
+
+
+def _reseed() -> None:
+    """Fresh seeds for the random generators loaded before the fork, which every run would
+    otherwise share with the others (a fresh interpreter draws its own)."""
+    random = sys.modules.get("random")
+    if random is not None:
+        random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
 
 
 if __name__ == "__main__":

@@ -83,11 +83,17 @@ def environment(home: str) -> dict[str, str]:
             "NUMEXPR_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 
 
-def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, seccomp_fd: int | None) -> list[str]:
+def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, seccomp_fd: int | None,
+                 warm_jobs: Path | None = None) -> list[str]:
     """bubblewrap's options, up to and including ``--``: the namespaces, the read-only system
     and Python, the private size-capped ``/tmp``, ``/dev/shm`` and ``/scratch``, the job folder
     at ``/sandbox/in`` (with the harness and the supervisor beside it), the clean environment,
-    the user (``uid`` when the grader is root), the seccomp filter read from ``seccomp_fd``."""
+    the user (``uid`` when the grader is root), the seccomp filter read from ``seccomp_fd``.
+
+    ``warm_jobs`` (a root grader only) makes a warm sandbox (``supervisor.serve``) instead: the
+    folder of its runs' job folders at ``/sandbox/jobs``, no job folder of its own, and the
+    supervisor keeps ``CAP_SYS_ADMIN`` to make each run's namespaces (the filter is installed by
+    the supervisor in each run's harness, as in the fallback)."""
     args = [which("bwrap") or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
             "--as-pid-1", "--ro-bind", "/usr", "/usr"]
@@ -115,8 +121,8 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
     roots = python_roots()
-    compiled = {} if job_dir is None else {f"/sandbox/__pycache__/{code.name}": code
-                                           for code in map(bytecode, (HARNESS, SUPERVISOR)) if code is not None}
+    compiled = {} if job_dir is None and warm_jobs is None else {
+        f"/sandbox/__pycache__/{code.name}": code for code in map(bytecode, (HARNESS, SUPERVISOR)) if code is not None}
     # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
     parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) not in ("/", "/tmp")}
                      | {"/sandbox"} | ({"/sandbox/lib"} if libs else set())
@@ -126,9 +132,12 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
         args += ["--perms", "0755", "--dir", folder]
     for root in roots:
         args += ["--ro-bind", root, root]
-    if job_dir is not None:
-        args += ["--ro-bind", str(job_dir), "/sandbox/in", "--ro-bind", str(HARNESS), "/sandbox/harness.py",
-                 "--ro-bind", str(SUPERVISOR), "/sandbox/supervisor.py"]
+    if warm_jobs is not None:
+        args += ["--perms", "0755", "--dir", "/sandbox/in", "--ro-bind", str(warm_jobs), _supervisor.JOBS]
+    if job_dir is not None or warm_jobs is not None:
+        if job_dir is not None:
+            args += ["--ro-bind", str(job_dir), "/sandbox/in"]
+        args += ["--ro-bind", str(HARNESS), "/sandbox/harness.py", "--ro-bind", str(SUPERVISOR), "/sandbox/supervisor.py"]
         for inside, code in compiled.items():
             args += ["--ro-bind", str(code), inside]
     for lib in libs:                    # course packages the job needs (the public checks)
@@ -142,7 +151,7 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
         # Root: the supervisor keeps what it needs to switch the harness to the sandbox's own
         # user and to kill what is left at the end; the harness drops all of it.
         args += ["--cap-drop", "ALL"]
-        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"):
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL") + (("CAP_SYS_ADMIN",) if warm_jobs else ()):
             args += ["--cap-add", cap]
         args += ["--"]
     else:

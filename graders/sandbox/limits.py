@@ -46,6 +46,7 @@ class Limits:
     max_restarts: int = 3                # relaunches after a test killed the process
     give_up_after: int = 3               # tests timed out before the rest are skipped (0: never)
     sandboxes: int | None = None         # isolated sandboxes at once (None: ``grading.runs_at_once``)
+    warm: bool = True                    # a grading's runs forked from warm sandboxes, where they can be (``warm``)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -84,6 +85,7 @@ class Run:
     # filter installed, before anything of the submission ran: {"uid", "caps", "seccomp"}
     confined: dict = field(default_factory=dict)
     swept_files: int = 0                 # files it left in the machine's shared folders, removed
+    warm: bool = False                   # forked in a warm sandbox (``warm``), not a sandbox of its own
 
     @property
     def running(self) -> str | None:

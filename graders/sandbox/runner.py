@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import exposure, probes, seccomp
@@ -28,6 +30,7 @@ from .describe import describe
 from .limits import Limits, Run, SandboxUnavailable
 from .modes import Bubblewrap, Isolation, Namespaces, Subreaper
 from .sweep import track, untrack
+from .warm import NotWarm, Warm
 from .watch import drain, read_report, watch
 from .. import supervisor as _supervisor
 from ..transcript import Transcript
@@ -61,6 +64,7 @@ class Sandbox:
         if not self.isolation.contained and self.own_user:
             self.isolation.guarded = self._answers_closed()
         self.use_cgroup = cgroup is not False
+        self._warm_sandboxes: dict | None = None
         for program in (SUPERVISOR, HARNESS):   # compiled once, not by every sandbox
             bytecode(program)
 
@@ -123,8 +127,16 @@ class Sandbox:
         ``libs`` importable."""
         limits = limits.resolved()
         uid = probes.unused_uid() if self.own_user else None
-        run = Run(transcript=Transcript(tests=frozenset(only if only is not None else test_seconds)),
-                  isolation=self.mode)
+        tests = only if only is not None else test_seconds
+        warm = self._warm(limits, libs, job_dir) if public is None else None
+        if warm is not None:
+            try:
+                return warm.run(job_dir, limits, test_seconds, uid, tests,
+                                lambda fd, lib_dirs: self._harness_options(limits, uid, fd, lib_dirs, only, None, ()),
+                                libs=libs)
+            except NotWarm:
+                pass                                # a fresh sandbox for this one
+        run = Run(transcript=Transcript(tests=frozenset(tests)), isolation=self.mode)
         channel_r, channel_w = os.pipe()
         report_r, report_w = os.pipe()
         filter_fd = seccomp.program_fd(self.isolation.no_sockets)
@@ -172,6 +184,45 @@ class Sandbox:
                     os.close(fd)
             if launch is not None:
                 self.isolation.clean(launch, uid, run)
+
+    @property
+    def warm_possible(self) -> bool:
+        """Whether runs here can be forked from warm sandboxes (``warm``): bubblewrap run by root,
+        with a user id of each run's own."""
+        return self.mode == "bwrap" and self.root and self.own_user
+
+    @contextmanager
+    def warm_runs(self, limits: Limits):
+        """Within it, each thread's runs (of one submission) are forked from a warm sandbox of
+        that thread's own, where they can be (``warm_possible``, ``limits.warm``); all of them
+        are closed at the end."""
+        if not (self.warm_possible and limits.warm) or self._warm_sandboxes is not None:
+            yield
+            return
+        self._warm_sandboxes = {}
+        try:
+            yield
+        finally:
+            sandboxes, self._warm_sandboxes = self._warm_sandboxes, None
+            for warm in sandboxes.values():
+                warm.close()
+
+    def _warm(self, limits: Limits, libs, job_dir: Path) -> Warm | None:
+        """This thread's warm sandbox for a run with ``limits`` and ``libs``, started if need be,
+        or None (no warm runs now)."""
+        sandboxes = self._warm_sandboxes
+        if sandboxes is None:
+            return None
+        fixed = tuple(Path(lib) for lib in libs if Path(lib).parent != Path(job_dir) / "lib")
+        key = threading.get_ident()
+        warm = sandboxes.get(key)
+        if warm is not None and (not warm.usable or warm.fixed_libs != tuple(sorted(fixed))):
+            warm.close()
+            warm = None
+        if warm is None:
+            program = seccomp.program(self.isolation.no_sockets)
+            warm = sandboxes[key] = Warm(self.isolation, limits, fixed, program)
+        return warm
 
     @staticmethod
     def _harness_options(limits, uid, channel_fd, lib_dirs, only, public, functions) -> list[str]:

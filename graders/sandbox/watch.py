@@ -32,12 +32,15 @@ def watch(proc, channel_fd, report_fd, report: bytearray, run: Run, limits: Limi
     sel.register(report_fd, selectors.EVENT_READ, "report")
     sel.register(proc.stdout, selectors.EVENT_READ, "output")
     # Wake up when the process exits even if its pipes stay open (children holding them).
-    pidfd = None
+    pidfd = own_pidfd = None
     try:
-        pidfd = os.pidfd_open(proc.pid)
+        # a run in a warm sandbox says its end on a descriptor of its own (``warm``)
+        pidfd = getattr(proc, "exit_fd", None)
+        if pidfd is None:
+            pidfd = own_pidfd = os.pidfd_open(proc.pid)
         sel.register(pidfd, selectors.EVENT_READ, "exit")
     except (AttributeError, OSError):
-        pass
+        pidfd = None
     tick = 3600.0 if pidfd is not None else 0.05
     open_streams = 3
     transcript = run.transcript
@@ -120,8 +123,8 @@ def watch(proc, channel_fd, report_fd, report: bytearray, run: Run, limits: Limi
                 elif transcript.phase == "done":       # the harness exits right after
                     phase_deadline = min(overall, now + GRACE)
     sel.close()
-    if pidfd is not None:
-        os.close(pidfd)
+    if own_pidfd is not None:
+        os.close(own_pidfd)
     run.output = output.decode("utf-8", errors="replace")
 
 
