@@ -598,6 +598,22 @@ def test_a_check_cannot_reach_its_neighbour_through_a_vsock_port(isolation):
     assert_saw_no_one(result)
 
 
+@pytest.mark.parametrize("sandboxes", [1, 2])
+def test_runs_forked_from_one_warm_sandbox_share_nothing(isolation, sandboxes):
+    """Where runs are forked one after another from a warm sandbox (bubblewrap, a root grader),
+    a check that leaves a trace of itself wherever it can (files in every folder it can write,
+    System V and POSIX IPC, the host name, the count of process ids) and looks for the traces
+    of the runs before it (and for any process or descriptor that is not its run's own) finds
+    none: it accepts every builder and catches nothing.  With one sandbox at a time, every run
+    of the grading came from the same warm sandbox; the fallback's runs, each in a sandbox of
+    its own, hold the same."""
+    result, spans = grade_neighbour_attack("mutants_warm_traces.py", isolation, sandboxes=sandboxes)
+    assert_saw_no_one(result)
+    assert len(spans) == 1 + len(mutants_exercise.WHEATS) + len(mutants_exercise.chaffs())
+    warm = sandbox_for(isolation).warm_possible
+    assert all(r["warm"] is warm for r in result["runs"]), result["runs"]
+
+
 @pytest.mark.parametrize("filename, channel", [("mutants_neighbour_counters.py", "aio"),
                                                ("mutants_neighbour_counters.py", "pty"),
                                                ("mutants_neighbour_vsock.py", None)])
