@@ -590,7 +590,7 @@ def _start_run(request: dict, fds, control_fd: int, harness, harness_argv, secco
     job, libs, uid = request.get("job"), request.get("libs", []), request.get("uid")
     argv = request.get("argv")
     if not (_plain_name(job) and isinstance(libs, list) and all(map(_plain_name, libs))
-            and (uid is None or type(uid) is int) and isinstance(argv, list)
+            and type(uid) is int and uid > 0 and isinstance(argv, list)
             and all(isinstance(a, str) for a in argv)):
         return None
     found_r, found_w = os.pipe()
