@@ -57,6 +57,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -462,8 +463,11 @@ def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: lis
         progress(0, len(runnable))
     pending = list(units)
     at_once = runs_at_once(sandbox, limits)
-    # the warm sandboxes end before the threads that started them (bubblewrap dies with its thread)
-    with ThreadPoolExecutor(max_workers=at_once) as pool, sandbox.warm_runs(limits):
+    # Several sandboxes are forked from warm ones (``sandbox.warm``), which load numpy once; one
+    # starts fresh, as cheap without numpy.  The warm ones end before the threads that started
+    # them (bubblewrap dies with its thread).
+    warm = sandbox.warm_runs(limits) if len(units) > 1 else nullcontext()
+    with ThreadPoolExecutor(max_workers=at_once) as pool, warm:
         running = {}
         while pending or running:
             while pending and len(running) < at_once and not stop_now():
