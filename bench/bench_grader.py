@@ -29,8 +29,9 @@ Measured here, in one run (``python -m bench grader``, or ``make bench``):
    grader and everything it started), the median of a few runs, against the target of 10 s of wall
    time on 2 cores (met / NOT met), with the machine's load average beside it (the machine is
    shared: a busy one stretches the wall time, not the CPU time); and the same grade by this grader
-   with one sandbox at a time (``--sandboxes 1``) and by the grader of the baseline revision (3
-   above), in alternating runs, for before and after.
+   with one sandbox at a time (``--sandboxes 1``), with every run in a fresh sandbox instead of
+   forked from a warm one (``--cold``), and by the grader of the baseline revision (3 above), in
+   alternating runs, for before and after.
 
 Set ``BENCH_GRADER_MUTANTS_N`` for the runs of 7 (default 3; 0 skips it), ``BENCH_GRADER_ONLY=mutants``
 to measure 7 alone, ``BENCH_GRADER_MEMORY=0`` to skip 6, ``BENCH_GRADER_N`` for a smaller batch (default 200) and ``BENCH_OTTER_N`` for the number of

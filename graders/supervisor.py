@@ -445,10 +445,12 @@ def main(argv: list[str]) -> None:
     supervise(harness, harness_argv, uid, seccomp, report, opts, pid1=pid1, subreaper=subreaper, view=view)
 
 
-def supervise(harness, harness_argv, uid, seccomp, report, opts, *, pid1: bool, subreaper: bool, view) -> None:
+def supervise(harness, harness_argv, uid, seccomp, report, opts, *, pid1: bool, subreaper: bool, view,
+              status_in_report_only: bool = False) -> None:
     """Fork the harness (privileges dropped, the seccomp filter installed), reap what ends below
     this process until the harness has ended, kill what is left, report, and exit with the
-    harness's status.  Never returns."""
+    harness's status (or, ``status_in_report_only``, with 0: the status is in the report alone).
+    Never returns."""
     report_fd = int(opts["report_fd"]) if "report_fd" in opts else None
     if subreaper:
         signal.signal(signal.SIGTERM, _stop)        # the grader's "end it now" (PID 1 is killed instead)
@@ -500,7 +502,7 @@ def supervise(harness, harness_argv, uid, seccomp, report, opts, *, pid1: bool, 
     else:
         code = os.WEXITSTATUS(status)
     report({"t": "exit", "code": code, "stopped": stopped, "reaped": reaped, "left": left})
-    os._exit(code)
+    os._exit(0 if status_in_report_only else code)
 
 
 # ---------------------------------------------------------------------- the warm sandbox
@@ -525,7 +527,9 @@ def serve(control_fd: int, harness, harness_argv, seccomp: bytes | None, opts: d
     own job folder and fresh ``/tmp``, ``/dev/shm``, ``/scratch`` and ``/proc`` and then is the
     run's supervisor (``supervise``): nothing one run writes, starts or names outlives it, and
     this process, which holds nothing of any run (it never reads a job folder), is out of every
-    run's sight.  It answers ``{"t": "started"}`` and ``{"t": "ended", "code"}`` for each run.
+    run's sight.  It answers ``{"t": "started", "ok"}`` and ``{"t": "ended"}`` for each run: the
+    run's exit status reaches the grader in the run's own report, never this process (every
+    later run is a copy of it).  What a run can change here is only whether it was stopped.
     """
     import select
     import socket
@@ -557,15 +561,16 @@ def serve(control_fd: int, harness, harness_argv, seccomp: bytes | None, opts: d
         run = _start_run(request, fds, control_fd, harness, harness_argv, seccomp, tmp_bytes)
         for fd in fds:
             os.close(fd)
-        control.send(json.dumps({"t": "started", "ok": run is not None}).encode())
-        code = NOT_STARTED if run is None else _wait_run(run, control, select)
-        control.send(json.dumps({"t": "ended", "code": code}).encode())
+        control.send(b'{"t": "started", "ok": true}' if run is not None else b'{"t": "started", "ok": false}')
+        if run is not None:
+            _wait_run(run, control, select)
+        control.send(b'{"t": "ended"}')
     os._exit(0)
 
 
-def _wait_run(pid: int, control, select) -> int:
+def _wait_run(pid: int, control, select) -> None:
     """Wait for the run whose PID 1 is ``pid`` (a child of this process) to end, or kill it when
-    the grader asks; its exit status as ``supervise`` gives it."""
+    the grader asks.  Its status is not looked at: it is in the run's own report."""
     pidfd = os.pidfd_open(pid)
     try:
         while True:
@@ -578,8 +583,8 @@ def _wait_run(pid: int, control, select) -> int:
                 if not message or b'"stop"' in message:
                     os.kill(pid, signal.SIGKILL)    # PID 1 of its namespace: all of it goes
             if pidfd in ready:
-                _, status = os.waitpid(pid, 0)      # the kernel has killed the rest of it by now
-                return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+                os.waitpid(pid, 0)                  # the kernel has killed the rest of it by now
+                return
     finally:
         os.close(pidfd)
 
@@ -645,7 +650,10 @@ def _fresh_run(job: str, libs: list[str], uid, fds, control_fd: int, harness, ha
     # the command line a sandbox of its own would have run (the submission may read it)
     sys.argv = [sys.argv[0], "/sandbox/supervisor.py", "--report-fd", opts["report_fd"], "--close", opts["close"],
                 *(["--uid", str(uid)] if uid is not None else []), "--", *harness_argv]
-    supervise(harness, harness_argv, uid, seccomp, report, opts, pid1=True, subreaper=False, view=None)
+    # The status goes to the grader alone: the first process, which every later run is a copy
+    # of, learns nothing a run chose (its exit status would stay in that process's memory).
+    supervise(harness, harness_argv, uid, seccomp, report, opts, pid1=True, subreaper=False, view=None,
+              status_in_report_only=True)
 
 
 def _run_view(job: str, libs: list[str], tmp_bytes: int) -> None:

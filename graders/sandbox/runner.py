@@ -131,11 +131,14 @@ class Sandbox:
         warm = self._warm(limits, libs, job_dir) if public is None else None
         if warm is not None:
             try:
-                return warm.run(job_dir, limits, test_seconds, uid, tests,
-                                lambda fd, lib_dirs: self._harness_options(limits, uid, fd, lib_dirs, only, None, ()),
-                                libs=libs)
+                run = warm.run(job_dir, limits, test_seconds, uid, tests,
+                               lambda fd, lib_dirs: self._harness_options(limits, uid, fd, lib_dirs, only, None, ()),
+                               libs=libs)
             except NotWarm:
                 pass                                # a fresh sandbox for this one
+            else:
+                self._check_started(run)
+                return run
         run = Run(transcript=Transcript(tests=frozenset(tests)), isolation=self.mode)
         channel_r, channel_w = os.pipe()
         report_r, report_w = os.pipe()

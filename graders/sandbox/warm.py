@@ -257,5 +257,6 @@ class _WarmRun:
         except ValueError:
             return
         if isinstance(answer, dict) and answer.get("t") == "ended":
-            code = answer.get("code")
-            self.returncode = code if type(code) is int else -9
+            # the harness's status is in the run's report (``read_report``); this stands for a
+            # run that ended without one
+            self.returncode = _supervisor.NOT_STARTED
