@@ -260,8 +260,12 @@ class ContiguousLayerCache(LayerCache):
     def update(self, k: np.ndarray, v: np.ndarray, plan: StepPlan) -> None:
         """Write the step's positions: k, v (N, G, d) packed; row b's go to plan.starts[b] ..."""
         B = self._batch
-        check_plan(plan, self.lengths, "starts")
-        if plan.is_decode:                                      # one position per row
+        check_plan(plan, self._lengths[:B], "starts")              # (a plain view: only read)
+        if plan.is_decode and B == 1:                           # one position: a plain index
+            at = (0, slice(None), int(plan.starts[0]))          # [0, :, start] -> (G, d)
+            self._store(self.k, self.k_scale, at, k[0])         # (numpy's fancy indexing costs
+            self._store(self.v, self.v_scale, at, v[0])         # ~10 us a call, 60 times a token)
+        elif plan.is_decode:                                    # one position per row
             at = (np.arange(B), slice(None), plan.starts)      # [b, :, starts[b]] -> (B, G, d)
             self._store(self.k, self.k_scale, at, k)
             self._store(self.v, self.v_scale, at, v)
@@ -284,7 +288,7 @@ class ContiguousLayerCache(LayerCache):
     def attend(self, q: np.ndarray, plan: StepPlan) -> np.ndarray:
         """q (N, H, d): the step's queries (their keys already written)  ->  (N, H, d)."""
         B = self._batch
-        check_plan(plan, self.lengths, "ends")
+        check_plan(plan, self._lengths[:B], "ends")                # (a plain view: only read)
         if plan.is_decode:                                      # one query per row
             T = plan.context
             K = self._read(self.k, self.k_scale, slice(0, B), slice(0, T))   # (B, G, T, d)

@@ -23,7 +23,17 @@ __all__ = ["rms_norm", "silu", "swiglu"]
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """x (..., D), weight (D,) -> x / sqrt(mean(x^2) + eps) * weight, same shape and dtype."""
+    """x (..., D), weight (D,) -> x / sqrt(mean(x^2) + eps) * weight, same shape and dtype.
+
+    One row (a decode step of one sequence) takes its root mean square as a scalar of x's
+    dtype: the same roundings in the same order, so the same numbers, in four array operations
+    instead of seven (each costs microseconds at this size, twice per layer)."""
+    if x.size == x.shape[-1]:                                          # one row
+        scalar = x.dtype.type
+        rms = np.sqrt(np.square(x).sum() / scalar(x.shape[-1]) + scalar(eps))
+        out = x / rms
+        out *= weight
+        return out
     ms = np.square(x).sum(axis=-1, keepdims=True)                      # (..., 1) sum of squares
     ms /= x.shape[-1]                                                  # mean (in place: x's dtype)
     ms += eps

@@ -23,6 +23,7 @@ A paged cache adds where the N tokens land and what its attention gathers::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -57,9 +58,10 @@ class StepPlan:
         """N: the new tokens of the step."""
         return int(self.offsets[-1])
 
-    @property
+    @cached_property
     def context(self) -> int:
-        """The longest sequence after the step: max(ends)."""
+        """The longest sequence after the step: max(ends).  Computed once per plan (every layer's
+        attend asks, and the reduction costs a few microseconds each time)."""
         return int(self.ends.max(initial=0))
 
     def with_slots(self, table: np.ndarray, slot_blocks: np.ndarray, slot_offsets: np.ndarray) -> "StepPlan":

@@ -147,3 +147,65 @@ def test_per_token_pieces_keep_float32_and_silu_its_limits_without_warnings():
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, [0.0, 0.0, -3 / (1 + np.exp(3)), 0.0, 2 / (1 + np.exp(-2)), 100.0, 1e4],
                                rtol=1e-6, atol=1e-30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**16), st.sampled_from([np.float32, np.float64, np.float16]), st.integers(1, 700))
+def test_rms_norm_of_one_row_is_the_rows_of_many_bit_for_bit(seed, dtype, width):
+    """The one-row path (a scalar root mean square) gives what the (N, D) path gives that row."""
+    rng = np.random.default_rng(seed)
+    scale = rng.uniform(1e-3, 1.0 if dtype == np.float16 else 1e2)      # float16: no overflowing sum
+    x = (rng.standard_normal((3, width)) * scale).astype(dtype)
+    w = rng.standard_normal(width).astype(dtype)
+    many = rms_norm(x, w, 1e-5)
+    for i in range(3):
+        one = rms_norm(x[i:i + 1], w, 1e-5)
+        assert one.dtype == dtype and one.shape == (1, width)
+        np.testing.assert_array_equal(one, many[i:i + 1])
+        np.testing.assert_array_equal(rms_norm(x[i], w, 1e-5), many[i])        # a 1-d row too
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 9), st.integers(1, 5), st.sampled_from([2, 8, 64]),
+       st.sampled_from([np.float32, np.float64]))
+def test_rope_with_full_width_tables_is_the_half_width_rotation_bit_for_bit(seed, n, heads, d, dtype):
+    from kvcache.rope import full_width
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, heads, d)).astype(dtype)
+    cos, sin = rope_cos_sin(rng.integers(0, 4096, n), d, 10000.0, dtype)
+    got = apply_rope(x, *full_width(cos, sin))
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, apply_rope(x, cos, sin))
+
+
+def test_model_rope_tables_full_width_for_few_tokens_half_for_many():
+    """The model looks positions up at full width for a decode step's few tokens and at half
+    width for a prompt's many; both rotate a head the same way."""
+    from kvcache.model import ROPE_FULL_WIDTH
+
+    model = Model.random(CONFIG, seed=1)
+    d = model.config.head_dim
+    few = np.arange(3) + 5
+    many = np.arange(ROPE_FULL_WIDTH + 1)
+    assert all(t.shape == (3, d) for t in model._rope(few))
+    assert all(t.shape == (len(many), d // 2) for t in model._rope(many))
+    x = np.random.default_rng(2).standard_normal((len(many), 2, d)).astype(np.float32)
+    np.testing.assert_array_equal(apply_rope(x[:3], *model._rope(many[:3])), apply_rope(x, *model._rope(many))[:3])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_decode_of_one_sequence_writes_the_cache_as_a_batch_does(dtype):
+    """A batch of one writes its key and value with a plain index: the same cache as one row of
+    a batch of two fed the same step, in every storage format (int8's scales too)."""
+    from kvcache.cache import ContiguousLayerCache
+
+    rng = np.random.default_rng(4)
+    one, two = ContiguousLayerCache(1, 2, 8, 6, dtype), ContiguousLayerCache(2, 2, 8, 6, dtype)
+    for step in range(4):
+        k, v = rng.standard_normal((2, 2, 2, 8)).astype(np.float32)
+        one.update(k[:1], v[:1], one.reserve([1]))
+        two.update(k, v, two.reserve([1, 1]))
+        assert one.lengths.tolist() == [step + 1]
+        np.testing.assert_array_equal(one.keys(0), two.keys(0))
+        np.testing.assert_array_equal(one.values(0), two.values(0))
