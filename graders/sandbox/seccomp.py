@@ -12,6 +12,8 @@ The program, on ``struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}``:
     load nr
     x86_64: nr >= 0x40000000       the x32 ABI: EPERM
     nr in DENIED                   EPERM
+    nr == madvise                  MADV_COLD or MADV_PAGEOUT (args[2]): EPERM
+    nr == preadv2, pwritev2        RWF_NOWAIT in the flags (args[5]): EOPNOTSUPP
     nr == fcntl                    a lock, lease or directory notice (args[1] in LOCKING): EPERM
     nr == clone                    flags (args[0], low 32 bits) & any CLONE_NEW*: EPERM
     nr == clone3                   ENOSYS (its flags are in memory the filter cannot read; the
@@ -30,7 +32,10 @@ queues (state shared with other sandboxes where there is no IPC namespace), and 
 sandboxes that run at once signal each other through a file both can read (the system's and
 Python's, bound read-only into each): ``flock``, ``fcntl``'s record locks, leases and directory
 notices, inotify and fanotify watches, and ``mincore``, which tells which pages of a file are in
-the machine's page cache (one sandbox reading a page would mark it for another); and the
+the machine's page cache (one sandbox reading a page would mark it for another), with the other
+ways to ask it (``preadv2``/``pwritev2`` with ``RWF_NOWAIT``: EOPNOTSUPP) or to take a page out
+of it (``fadvise64``, ``madvise``'s ``MADV_COLD`` and ``MADV_PAGEOUT``, ``process_madvise``),
+though how long a read takes still says whether its page was there; and the
 machine-wide counts a call can raise or read: ``io_setup`` (AIO events, counted and capped for
 the whole machine) and ``sysinfo`` (the machine's process count and free memory).  The rest of
 what the machine counts is covered in the sandbox's /proc (``supervisor.MACHINE_WIDE_PROC_FILES``).  Threads (clone
@@ -73,7 +78,13 @@ DENIED = ("keyctl", "add_key", "request_key",
           "swapon", "swapoff",
           "shmget", "msgget", "semget", "mq_open",
           "flock", "inotify_init", "inotify_init1", "fanotify_init", "mincore",
-          "io_setup", "sysinfo")
+          "io_setup", "sysinfo", "fadvise64", "process_madvise")
+
+# A page of a file leaves the page cache on request: MADV_COLD and MADV_PAGEOUT (madvise's third
+# argument) on a mapping of it; and preadv2/pwritev2 with RWF_NOWAIT (their sixth) fail at once
+# on a page that is not there, which says whether it is.
+EVICTING_ADVICE = {"MADV_COLD": 20, "MADV_PAGEOUT": 21}
+RWF_NOWAIT = 0x8
 
 # The socket families a network namespace keeps apart and that a submission may want (a
 # loopback server of its own, a socketpair); every other family is denied.
@@ -99,7 +110,8 @@ SYSCALLS = {
                "delete_module": 176, "swapon": 167, "swapoff": 168,
                "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
                "flock": 73, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mincore": 27,
-               "io_setup": 206, "sysinfo": 99, "fcntl": 72, "socketpair": 53, "clone": 56, "clone3": 435, "socket": 41},
+               "io_setup": 206, "sysinfo": 99, "fadvise64": 221, "process_madvise": 440, "madvise": 28,
+               "preadv2": 327, "pwritev2": 328, "fcntl": 72, "socketpair": 53, "clone": 56, "clone3": 435, "socket": 41},
     "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268,
                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                 "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
@@ -110,7 +122,8 @@ SYSCALLS = {
                 "delete_module": 106, "swapon": 224, "swapoff": 225,
                 "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180,
                 "flock": 32, "inotify_init1": 26, "fanotify_init": 262, "mincore": 232,
-                "io_setup": 0, "sysinfo": 179, "fcntl": 25, "socketpair": 199, "clone": 220, "clone3": 435, "socket": 198},
+                "io_setup": 0, "sysinfo": 179, "fadvise64": 223, "process_madvise": 440, "madvise": 233,
+                "preadv2": 286, "pwritev2": 287, "fcntl": 25, "socketpair": 199, "clone": 220, "clone3": 435, "socket": 198},
 }
 ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
 
@@ -138,6 +151,14 @@ def _arch_block(arch: str, no_sockets: bool) -> list[tuple]:
         block += [_op(JEQ_K, numbers[call], 0, len(families) + 3), _op(LD_W_ABS, ARGS_OFFSET)]
         block += [_op(JEQ_K, family, len(families) - k, 0) for k, family in enumerate(families)]
         block += [_op(RET_K, eperm), _op(RET_K, RET_ALLOW)]
+    # madvise: the advice is the third argument; preadv2 and pwritev2: the flags are the sixth
+    block += [_op(JEQ_K, numbers["madvise"], 0, 2 * len(EVICTING_ADVICE) + 2), _op(LD_W_ABS, ARGS_OFFSET + 16)]
+    for advice in EVICTING_ADVICE.values():
+        block += [_op(JEQ_K, advice, 0, 1), _op(RET_K, eperm)]
+    block += [_op(RET_K, RET_ALLOW)]
+    for call in ("preadv2", "pwritev2"):
+        block += [_op(JEQ_K, numbers[call], 0, 4), _op(LD_W_ABS, ARGS_OFFSET + 40), _op(JSET_K, RWF_NOWAIT, 0, 1),
+                  _op(RET_K, RET_ERRNO | errno.EOPNOTSUPP), _op(RET_K, RET_ALLOW)]
     # fcntl: its command is the second argument; every path of this part returns, so loading it
     # over nr leaves nothing below looking at the wrong word
     block += [_op(JEQ_K, numbers["fcntl"], 0, 2 * len(LOCKING) + 2), _op(LD_W_ABS, ARGS_OFFSET + 8)]

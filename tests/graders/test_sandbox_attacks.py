@@ -122,6 +122,22 @@ def probe():
         except OSError as err:
             out[command] = err.errno
     out["F_GETFL"] = fcntl.fcntl(shared, fcntl.F_GETFL) & 3      # O_RDONLY: fcntl itself still works
+    # whether a page of that file is in the page cache, asked, or the page put out of it
+    buf = bytearray(4096)
+    for name, flags in (("preadv2(RWF_NOWAIT)", os.RWF_NOWAIT), ("preadv2", 0)):
+        try:
+            out[name] = os.preadv(shared.fileno(), [buf], 0, flags)
+        except OSError as err:
+            out[name] = err.errno
+    import mmap
+    mapped = mmap.mmap(shared.fileno(), 4096, prot=mmap.PROT_READ)
+    for name, advice in (("MADV_PAGEOUT", 21), ("MADV_COLD", 20), ("MADV_DONTNEED", 4), ("MADV_WILLNEED", 3)):
+        try:
+            mapped.madvise(advice)
+            out[name] = "allowed"
+        except OSError as err:
+            out[name] = err.errno
+    mapped.close()
     out["F_SETFD"] = fcntl.fcntl(shared, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
     ctypes.set_errno(0)
     r = libc.syscall(nr["clone"], 0x10000000 | 17, 0, 0, 0, 0)     # CLONE_NEWUSER | SIGCHLD
@@ -172,6 +188,10 @@ def test_every_denied_system_call_gets_eperm_and_threads_forks_and_numpy_still_w
     for command in ("F_GETLK", "F_SETLK", "F_OFD_GETLK", "F_OFD_SETLK"):
         assert value[command] == errno.EPERM, (command, value[command])
     assert value["F_GETFL"] == os.O_RDONLY and value["F_SETFD"] == 0
+    # no asking the page cache whether a page of it is there, and no taking one out of it
+    assert value["preadv2(RWF_NOWAIT)"] == errno.EOPNOTSUPP and value["preadv2"] == 4096
+    assert value["MADV_PAGEOUT"] == value["MADV_COLD"] == errno.EPERM
+    assert value["MADV_DONTNEED"] == value["MADV_WILLNEED"] == "allowed"     # what malloc and numpy use
     assert value["clone3"] == errno.ENOSYS               # so that the C library falls back to clone
     if MACHINE == "x86_64":
         assert value["x32"] == errno.EPERM
@@ -372,6 +392,14 @@ def test_the_filter_denies_each_call_on_both_architectures_and_kills_any_other()
         for command in (0, 1, 2, 3, 4, 1025, 1030, 1031):   # F_DUPFD, F_GETFD..F_SETFL, F_GETLEASE, ...
             assert seccomp.run_filter(program, numbers["fcntl"], audit, (3, command)) == seccomp.RET_ALLOW, command
         assert seccomp.run_filter(program, numbers["clone3"], audit) == seccomp.RET_ERRNO | errno.ENOSYS
+        for advice in (20, 21):                 # MADV_COLD, MADV_PAGEOUT
+            assert seccomp.run_filter(program, numbers["madvise"], audit, (0, 4096, advice)) == eperm, advice
+        for advice in (0, 3, 4, 8, 14, 15):      # normal, willneed, dontneed, free, (no)hugepage
+            assert seccomp.run_filter(program, numbers["madvise"], audit, (0, 4096, advice)) == seccomp.RET_ALLOW
+        for call in ("preadv2", "pwritev2"):
+            for flags, verdict in ((0, seccomp.RET_ALLOW), (0x1, seccomp.RET_ALLOW), (0x8, seccomp.RET_ERRNO | errno.EOPNOTSUPP),
+                                   (0x1 | 0x8, seccomp.RET_ERRNO | errno.EOPNOTSUPP)):
+                assert seccomp.run_filter(program, numbers[call], audit, (3, 0, 1, 0, 0, flags)) == verdict, (call, flags)
         for flag in (0x80, 0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
             assert seccomp.run_filter(program, numbers["clone"], audit, (flag | 17,)) == eperm, hex(flag)
         thread_flags = 0x3D0F00             # what the C library passes for a thread
