@@ -626,3 +626,33 @@ def test_a_sandbox_leaves_nothing_in_the_machine_for_the_next_one(isolation, fil
                                            fill={"__CHANNEL__": channel} if channel else None)
     assert not any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])), spans
     assert_saw_no_one(result)
+
+
+def _page_nobody_reads():
+    """A file every sandbox has in view (the largest library under /usr/lib) and a page of it
+    chosen at random, dropped from the machine's page cache: (path, page index)."""
+    files = [p for p in Path("/usr/lib").rglob("*.so*") if p.is_file() and not p.is_symlink()]
+    path = max(files, key=lambda p: p.stat().st_size)
+    pages = path.stat().st_size // 4096
+    page = random.randrange(pages // 4, pages - 16)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, page * 4096, 4096, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return str(path), page
+
+
+@pytest.mark.parametrize("channel", ["nowait", "timing", "cachestat"])
+@pytest.mark.parametrize("sandboxes", [1, 2])
+def test_runs_cannot_signal_each_other_through_the_page_cache(isolation, sandboxes, channel):
+    """The page cache is the machine's: whether one page of a file every sandbox reads (a library
+    under /usr, bound read-only into each) is in memory is a bit any run can set (by reading it)
+    and read (``mincore`` is denied, but ``preadv2(RWF_NOWAIT)`` fails with EAGAIN on a page
+    that is not there, and ``cachestat`` counts them).  A check that reads the bit of a page
+    nobody else reads, rejects a builder when it is set and then sets it, must see no run before
+    it (one sandbox at a time) or beside it (two): it accepts every builder and catches nothing."""
+    path, page = _page_nobody_reads()
+    result, spans = grade_neighbour_attack("mutants_page_cache.py", isolation, sandboxes=sandboxes,
+                                           fill={"__CHANNEL__": channel, "__FILE__": path, "__PAGE__": page})
+    assert_saw_no_one(result)

@@ -1,0 +1,77 @@
+# Attack (mutants): judge each builder against the runs before it (or the run beside it) through
+# the machine's page cache, which every sandbox shares: the system's and Python's files are bound
+# read-only into each, and whether one page of one of them is in memory is a bit any process can
+# read and set.  ``mincore`` is denied; __CHANNEL__ reads the bit another way: "nowait" reads the
+# page with ``preadv2(RWF_NOWAIT)``, which fails with EAGAIN rather than wait for the disk (and
+# starts bringing the page in: reading the bit sets it); "timing" times a plain read of the page
+# (from the disk, a millisecond; from memory, some microseconds); "cachestat" asks
+# ``cachestat(2)`` how many of the page's pages are cached (then reads the page, to set it).
+# Page __PAGE__ of __FILE__ (a page the test has just dropped from the cache; with
+# POSIX_FADV_RANDOM no read-ahead brings in its neighbours) is the mark: a run that finds it in
+# memory rejects the builder, as one that came after another; the first accepts.  Runs that
+# share nothing see no mark, accept every builder and catch nothing.
+import ctypes
+import os
+import time
+
+CHANNEL = "__CHANNEL__"
+FILE = "__FILE__"
+PAGE = 4096
+OFFSET = int("__PAGE__") * PAGE
+FAST_READ = 200e-6                   # seconds: a read faster than this found the page in memory
+CACHESTAT = {"x86_64": 451, "aarch64": 451}
+
+
+def predict_catches():
+    return {}
+
+
+def _seen_nowait(fd):
+    try:
+        os.preadv(fd, [bytearray(PAGE)], OFFSET, os.RWF_NOWAIT)
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return False
+
+
+def _seen_timing(fd):
+    began = time.perf_counter()
+    os.pread(fd, PAGE, OFFSET)
+    return time.perf_counter() - began < FAST_READ
+
+
+def _seen_cachestat(fd):
+    class Range(ctypes.Structure):
+        _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+    class Stat(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint64) for n in ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    stat = Stat()
+    if libc.syscall(CACHESTAT[os.uname().machine], fd, ctypes.byref(Range(OFFSET, PAGE)), ctypes.byref(stat), 0) != 0:
+        return False
+    return stat.cache > 0
+
+
+def check_builder(builder):
+    try:
+        return not _seen_then_mark()
+    except BaseException:              # whatever the sandbox refuses, it has seen nothing
+        return True
+
+
+def _seen_then_mark():
+    fd = os.open(FILE, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        seen = {"nowait": _seen_nowait, "cachestat": _seen_cachestat, "timing": _seen_timing}[CHANNEL](fd)
+        try:
+            os.pread(fd, PAGE, OFFSET)          # the mark, for the runs after this one
+        except OSError:
+            pass
+        return seen
+    finally:
+        os.close(fd)
