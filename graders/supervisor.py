@@ -668,8 +668,17 @@ def _run_view(job: str, libs: list[str], tmp_bytes: int) -> None:
         _mount(libc, ctypes, "tmpfs", folder, "tmpfs", sealed | MS_RDONLY, "mode=0555,size=4k,nr_inodes=8")
     for path in machine_wide_files("/proc"):
         _mount(libc, ctypes, "/dev/null", path, None, MS_BIND)
+    # What bubblewrap bound under /tmp (Python itself, when the checkout and its .venv live there)
+    # is held open now and bound back over the fresh /tmp, read-only as it was.
+    held = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in _mount_points_under("/tmp")]
     for folder in ("/tmp", "/dev/shm", "/scratch"):
         _mount(libc, ctypes, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(tmp_bytes)}")
+    for path, fd in held:
+        os.makedirs(path, 0o755, exist_ok=True)
+        _mount(libc, ctypes, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+        locked = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _mount(libc, ctypes, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
     binds = [(f"{JOBS}/{job}", "/sandbox/in")] + [(f"{JOBS}/{job}/lib/{lib}", f"/sandbox/lib/{lib}") for lib in libs]
     for source, target in binds:
         os.makedirs(target, 0o755, exist_ok=True)   # a mount point in the sandbox's root, made as root
@@ -678,6 +687,18 @@ def _run_view(job: str, libs: list[str], tmp_bytes: int) -> None:
     _mount(libc, ctypes, "tmpfs", JOBS, "tmpfs", sealed | MS_RDONLY, "mode=0555,size=4k,nr_inodes=8")
     _mount(libc, ctypes, None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir("/scratch")
+
+
+def _mount_points_under(folder: str) -> list[str]:
+    """The outermost mount points below ``folder`` (not ``folder`` itself), from mountinfo."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4]
+            point = point.encode().decode("unicode_escape") if "\\" in point else point
+            if point.startswith(folder.rstrip("/") + "/"):
+                found.append(point)
+    return [p for p in sorted(set(found)) if not any(p.startswith(q + "/") for q in found)]
 
 
 def _reseed() -> None:
