@@ -51,10 +51,9 @@ SECURE_NOROOT_ALL = 0x3f            # noroot, no setuid fixup, keep caps: each s
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 
-# Top-level folders the submission sees as they are (read-only for it: they belong to root).
-SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "dev", "proc")
-# Files of /etc the dynamic loader and the C library need; the rest of /etc is hidden.
-ETC = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime")
+# Top-level folders the submission sees as the machine has them (its devices, its processes);
+# every other folder is hidden or replaced by the copy of the system a run needs.
+MACHINE_OWN = ("dev", "proc")
 # What the whole machine shares and any process could change and read: covered in every view
 # (files by /dev/null, folders by an empty read-only tmpfs), so that two sandboxes that run at
 # once cannot signal each other through a count (processes, memory, pseudo-terminals, AIO
@@ -73,33 +72,36 @@ NOT_STARTED = 70                    # the harness's exit status when it never st
 # ------------------------------------------------------------------------------ the view
 
 
-def plan_view(top: dict[str, str], keep: list[str]) -> dict:
-    """What the mount namespace must do so that the submission sees only the system and ``keep``.
+def plan_view(top: dict[str, str], keep: list[str], shown: list[str]) -> dict:
+    """What the mount namespace must do so that the submission sees only the copy of the system
+    a run needs (``shown``) and ``keep``.
 
-    ``top`` maps each entry of ``/`` to its kind (``"dir"``, ``"file"``, ``"link"``); ``keep`` are
-    the absolute paths the submission needs (the interpreter, the packages, the job folder).
-    Returns ``{"hide": folders to cover with an empty tmpfs, "blank": files to cover with an
-    empty one, "tmp": "/tmp", "keep": the kept paths that lie under something covered, in the
-    order they must be bound back}``.  Pure: ``tests/graders`` checks it on machines of every
-    shape.
+    ``top`` maps each entry of ``/`` to its kind (``"dir"``, ``"file"``, ``"link"``); ``shown`` are
+    the folders bound from that copy (``sandbox.resident``), each at its own path: top-level
+    folders, or folders right under ``/tmp``; ``keep`` are the machine's own paths the submission
+    needs (the job folder, the course packages).  Returns ``{"hide": folders to cover with an
+    empty tmpfs, "blank": files to cover with an empty one, "tmp": "/tmp", "show": ``shown`` in
+    the order they are bound, "keep": the kept paths, bound back after them}``.  Only ``/dev``
+    and ``/proc`` stay as they are; top-level links are left alone (they point into what is
+    shown).  Pure: ``tests/graders`` checks it on machines of every shape.
     """
+    show = sorted({os.path.normpath(p) for p in shown}, key=lambda p: (p.count("/"), p))
     hide = sorted(f"/{name}" for name, kind in top.items()
-                  if kind == "dir" and name not in SYSTEM and name != "tmp")
+                  if kind == "dir" and name not in MACHINE_OWN and name != "tmp" and f"/{name}" not in show)
     blank = sorted(f"/{name}" for name, kind in top.items() if kind == "file")
-    covered = hide + ["/tmp"]
+    covered = hide + ["/tmp"] + show
 
     def under(path, folder):
         return path == folder or path.startswith(folder.rstrip("/") + "/")
 
-    wanted = sorted({os.path.normpath(p) for p in list(keep) + list(ETC)})
     kept: list[str] = []
-    for path in wanted:
+    for path in sorted({os.path.normpath(p) for p in keep}):
         if not any(under(path, c) for c in covered):
-            continue                                  # visible anyway (under /usr, say)
+            continue                                  # visible anyway (under /dev, say)
         if any(under(path, k) for k in kept):
             continue                                  # inside a folder already bound back
         kept.append(path)
-    return {"hide": hide, "blank": blank, "tmp": "/tmp", "keep": kept}
+    return {"hide": hide, "blank": blank, "tmp": "/tmp", "show": show, "keep": kept}
 
 
 def machine_wide_files(proc: str = "/proc") -> list[str]:
@@ -124,19 +126,23 @@ def _mount(libc, ctypes, source, target, fstype, flags, data=None) -> None:
         raise OSError(err, os.strerror(err), target)
 
 
-def build_view(keep: list[str], tmp_bytes: int, workdir: str, uid: int | None) -> dict:
+def build_view(keep: list[str], tmp_bytes: int, workdir: str, uid: int | None, copy_root: str,
+               shown: list[str]) -> dict:
     """Make the submission's file system (see ``plan_view``) in this process's mount namespace,
-    which must be its own and private: ``unshare --mount``.  Raises OSError if any step fails."""
+    which must be its own and private: ``unshare --mount``; ``shown`` come from ``copy_root`` +
+    each one's path.  Raises OSError if any step fails."""
     ctypes, libc = _libc()
     top = {}
     for entry in os.scandir("/"):
         top[entry.name] = ("link" if entry.is_symlink() else "dir" if entry.is_dir(follow_symlinks=False)
                            else "file")
-    plan = plan_view(top, keep)
+    plan = plan_view(top, keep, shown)
     os.umask(0o022)
     _mount(libc, ctypes, None, "/", None, MS_REC | MS_PRIVATE)
     # Everything to bind back is opened before anything is covered (afterwards it is hidden).
     held = []
+    for path in plan["show"]:
+        held.append((path, "dir", os.open(copy_root + path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
     for path in plan["keep"]:
         if os.path.islink(path):
             held.append((path, "link", os.readlink(path)))
@@ -173,7 +179,7 @@ def build_view(keep: list[str], tmp_bytes: int, workdir: str, uid: int | None) -
     if uid is not None:
         os.chown(workdir, uid, uid)
     os.chdir(workdir)
-    return {"hidden": plan["hide"], "kept": [p for p, _, _ in held]}
+    return {"hidden": plan["hide"], "kept": [p for p, _, _ in held if p not in plan["show"]], "shown": plan["show"]}
 
 
 # -------------------------------------------------------------------------- privileges
@@ -375,8 +381,8 @@ def _options(argv: list[str]) -> tuple[dict, list[str]]:
             k += 1
             continue
         value = args[k + 1]
-        if key == "--keep":
-            opts["keep"].append(value)
+        if key in ("--keep", "--show"):
+            opts.setdefault(key[2:], []).append(value)
         else:
             opts[key[2:].replace("-", "_")] = value
         k += 2
@@ -436,7 +442,8 @@ def main(argv: list[str]) -> None:
         try:
             if not pid1:
                 raise OSError("the file system is built only by PID 1 of the sandbox's own namespaces")
-            view = build_view(opts["keep"], int(opts.get("tmp_bytes", 64 << 20)), opts["workdir"], uid)
+            view = build_view(opts["keep"], int(opts.get("tmp_bytes", 64 << 20)), opts["workdir"], uid,
+                              opts["copy_root"], opts.get("show", []))
         except OSError as err:
             report({"t": "supervisor", "error": f"the sandbox's file system: {err}"})
             os._exit(71)

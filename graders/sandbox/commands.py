@@ -85,8 +85,8 @@ def environment(home: str) -> dict[str, str]:
 
 def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, seccomp_fd: int | None,
                  warm_jobs: Path | None = None) -> list[str]:
-    """bubblewrap's options, up to and including ``--``: the namespaces, the read-only system
-    and Python, the private size-capped ``/tmp``, ``/dev/shm`` and ``/scratch``, the job folder
+    """bubblewrap's options, up to and including ``--``: the namespaces, the read-only copy of
+    the system and Python a run needs (``resident``), the private size-capped ``/tmp``, ``/dev/shm`` and ``/scratch``, the job folder
     at ``/sandbox/in`` (with the harness and the supervisor beside it), the clean environment,
     the user (``uid`` when the grader is root), the seccomp filter read from ``seccomp_fd``.
 
@@ -96,18 +96,11 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
     the supervisor in each run's harness, as in the fallback)."""
     args = [which("bwrap") or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
-            "--as-pid-1", "--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            "--as-pid-1"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):      # the root's links into /usr
         path = Path("/") / name
         if path.is_symlink():
             args += ["--symlink", os.readlink(path), str(path)]
-        elif path.is_dir():
-            args += ["--ro-bind", str(path), str(path)]
-    for etc in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
-                "/etc/localtime"):
-        args += ["--ro-bind-try", etc, etc]
-    # The private /tmp comes before the Python binds: a checkout (and so its .venv) may itself
-    # live under /tmp, and a tmpfs mounted afterwards would hide the interpreter.
     args += ["--proc", "/proc", "--dev", "/dev"]
     # what the whole machine counts, covered (``supervisor.MACHINE_WIDE_PROC_FILES``): bwrap's own
     # /proc is the kernel's, so the host's list is the sandbox's
@@ -120,18 +113,17 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
     args += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
-    roots = python_roots()
+    # The system and Python as a run sees them: a copy in memory of what it needs (``resident``),
+    # bound after the private /tmp, since a checkout (and so its .venv) may itself live there.
+    from .resident import view
+    copy = view()
+    for folder in copy.folders():
+        args += ["--ro-bind", copy.source(folder), folder]
     compiled = {} if job_dir is None and warm_jobs is None else {
         f"/sandbox/__pycache__/{code.name}": code for code in map(bytecode, (HARNESS, SUPERVISOR)) if code is not None}
     # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
-    parents = sorted({str(q) for r in roots for q in Path(r).parents if str(q) not in ("/", "/tmp")}
-                     | {"/sandbox"} | ({"/sandbox/lib"} if libs else set())
-                     | ({"/sandbox/__pycache__"} if compiled else set()),
-                     key=lambda q: q.count("/"))
-    for folder in parents:
+    for folder in ["/sandbox"] + (["/sandbox/lib"] if libs else []) + (["/sandbox/__pycache__"] if compiled else []):
         args += ["--perms", "0755", "--dir", folder]
-    for root in roots:
-        args += ["--ro-bind", root, root]
     if warm_jobs is not None:
         args += ["--perms", "0755", "--dir", "/sandbox/in", "--ro-bind", str(warm_jobs), _supervisor.JOBS]
     if job_dir is not None or warm_jobs is not None:
@@ -169,7 +161,7 @@ def unshare_prefix() -> list[str]:
             *user, "--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--net", "--ipc", "--uts", "--"]
 
 
-def supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, tmp_bytes=0, subreaper=False,
+def supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, view=None, tmp_bytes=0, subreaper=False,
                    probe=False, seccomp_fd=None) -> list[str]:
     """The supervisor's command line (its options: ``supervisor.main``)."""
     # normalized: a grader started as ../.venv/bin/python must name its interpreter by a path that
@@ -189,4 +181,7 @@ def supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, tmp_bytes=0, 
         cmd += ["--workdir", WORKDIR, "--tmp-bytes", str(tmp_bytes)]
         for path in keep:
             cmd += ["--keep", str(path)]
+        cmd += ["--copy-root", view.root]          # ``resident.View``: what the view shows
+        for folder in view.folders():
+            cmd += ["--show", folder]
     return cmd

@@ -39,7 +39,7 @@ def describe(mode: str, why: str, held: dict) -> str:
     else:
         parts.append("the machine's network")
     if held.get("file_view"):
-        parts.append("read-only system and Python, private /tmp and /dev/shm, the course checkout and "
+        parts.append("read-only system and Python (a copy in memory of only what a run needs), private /tmp and /dev/shm, the course checkout and "
                      "the rest of the machine's files invisible")
     else:
         parts.append("the machine's files as any user sees them (it can read what its user can read)"

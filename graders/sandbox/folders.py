@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-_STALE = re.compile(r"grader-(?:job|check|scratch)-(\d+)-")
+_STALE = re.compile(r"grader-(?:job|check|scratch|view)-(\d+)-")
 STALE_AFTER = 600.0    # seconds: older than any run, in case another PID namespace shares /tmp
 _swept: list[bool] = []
 _lock = threading.Lock()

@@ -24,10 +24,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .commands import (HARNESS, SUPERVISOR, WORKDIR, bwrap_prefix, environment, python_roots,
-                       supervisor_cmd, unshare_prefix)
+from .commands import (HARNESS, SUPERVISOR, WORKDIR, bwrap_prefix, environment, supervisor_cmd,
+                       unshare_prefix)
 from .folders import work_folder
 from .limits import Limits, Run
+from .resident import view
 from .sweep import sweep_files, sweep_processes
 
 STOP_SECONDS = 4.0    # how long a supervisor asked to stop (SIGTERM) may take to kill and reap
@@ -122,9 +123,13 @@ class Bubblewrap(Isolation):
 
 class Namespaces(Isolation):
     def launch(self, job_dir, limits, uid, libs, report_fd, channel_fd, seccomp_fd) -> Launch:
-        keep = python_roots() + [str(job_dir)] + [str(lib) for lib in libs]
+        # A package from elsewhere is copied into the job folder: the machine's folders are
+        # shown only as the read-only copy holds them (``resident``), with no place to bind it.
+        libs = [lib if Path(job_dir) in lib.parents
+                else Path(shutil.copytree(lib, Path(job_dir) / "lib" / lib.name, dirs_exist_ok=True)) for lib in libs]
+        keep = [str(job_dir)] + [str(lib) for lib in libs]
         cmd = (unshare_prefix()
-               + supervisor_cmd(str(SUPERVISOR), keep=keep, tmp_bytes=limits.tmpfs_bytes, uid=uid,
+               + supervisor_cmd(str(SUPERVISOR), keep=keep, view=view(), tmp_bytes=limits.tmpfs_bytes, uid=uid,
                                 report_fd=report_fd, close=[channel_fd], seccomp_fd=seccomp_fd)
                + ["--", str(HARNESS), str(job_dir)])
         return Launch(cmd, env=environment(WORKDIR), cwd="/", lib_dirs=sorted({str(lib.parent) for lib in libs}))

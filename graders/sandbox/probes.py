@@ -17,8 +17,9 @@ import threading
 from pathlib import Path
 
 from . import seccomp
-from .commands import (SUPERVISOR, bwrap_prefix, environment, python_roots, site_dirs,
-                       supervisor_cmd, unshare_prefix, which)
+from .commands import (SUPERVISOR, bwrap_prefix, environment, site_dirs, supervisor_cmd,
+                       unshare_prefix, which)
+from .resident import view
 
 _probe_lock = threading.Lock()
 _probe: dict[str, tuple[bool, str]] = {}
@@ -42,6 +43,8 @@ def bwrap_status() -> tuple[bool, str]:
                     cmd = bwrap_prefix(uid=uid, tmpfs_bytes=1 << 20, job_dir=None, libs=(),
                                        seccomp_fd=fd) + ["/usr/bin/true"]
                     ok, why = _try(cmd, fds=(fd,))
+                except OSError as err:          # the copy of what a run sees could not be made
+                    ok, why = False, str(err)
                 finally:
                     os.close(fd)
                 _probe["bwrap"] = (ok, f"bubblewrap at {path}" if ok else why)
@@ -63,9 +66,11 @@ def namespaces_status() -> tuple[bool, str]:
                 fd = seccomp.program_fd()
                 try:
                     cmd = unshare_prefix() + supervisor_cmd(str(SUPERVISOR), uid=uid, report_fd=None, close=(),
-                                                            keep=python_roots(), tmp_bytes=1 << 20, probe=True,
+                                                            keep=[], view=view(), tmp_bytes=1 << 20, probe=True,
                                                             seccomp_fd=fd)
                     ok, why = _try(cmd, cwd="/", fds=(fd,))
+                except OSError as err:
+                    ok, why = False, str(err)
                 finally:
                     os.close(fd)
                 _probe["namespaces"] = (ok, "unshare" if ok else f"unshare could not start a sandbox here ({why})")

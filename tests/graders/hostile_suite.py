@@ -19,7 +19,7 @@ import pytest
 
 from graders import Limits, grade_bytes, grading
 from graders.exercises import mutants as mutants_exercise
-from graders.sandbox import Sandbox
+from graders.sandbox import Sandbox, resident
 
 from grader_helpers import BWRAP, BWRAP_WHY, FAST, GOOD, HOSTILE, ROOT, grade_text, processes_matching
 
@@ -629,32 +629,44 @@ def test_a_sandbox_leaves_nothing_in_the_machine_for_the_next_one(isolation, fil
 
 
 def _page_nobody_reads():
-    """A file every sandbox has in view (the largest library under /usr/lib) and a page of it
-    chosen at random, dropped from the machine's page cache: (path, page index)."""
-    files = [p for p in Path("/usr/lib").rglob("*.so*") if p.is_file() and not p.is_symlink()]
-    path = max(files, key=lambda p: p.stat().st_size)
-    pages = path.stat().st_size // 4096
-    page = random.randrange(pages // 4, pages - 16)
+    """The largest file in a sandbox's view (``resident``: the copy every sandbox of this grader
+    binds) and a page of it chosen at random in its first half, with the machine's own file of
+    that path dropped from the page cache: (path, page index).  That file shows the channel a
+    sandbox would have had were it shown the machine's files: a read of a page dropped from the
+    cache takes many times longer than the same read again."""
+    copy = resident.view()
+    files = [os.path.join(top, name) for top, _, names in os.walk(copy.root) for name in names]
+    largest = max((f for f in files if not os.path.islink(f)), key=os.path.getsize)
+    path = largest[len(copy.root):]
+    pages = os.path.getsize(path) // 4096
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.posix_fadvise(fd, page * 4096, 4096, os.POSIX_FADV_DONTNEED)
+        cold, warm = [], []
+        for probe in random.sample(range(pages // 2, pages), 5):
+            os.posix_fadvise(fd, probe * 4096, 4096, os.POSIX_FADV_DONTNEED)
+            for times in (cold, warm):
+                began = time.perf_counter()
+                os.pread(fd, 4096, probe * 4096)
+                times.append(time.perf_counter() - began)
+        assert sorted(cold)[2] > 3 * sorted(warm)[2], (cold, warm)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
-    return str(path), page
+    return path, random.randrange(pages // 8, pages // 2)
 
 
-@pytest.mark.parametrize("channel", ["nowait", "cachestat"])
+@pytest.mark.parametrize("channel", ["nowait", "cachestat", "timing"])
 @pytest.mark.parametrize("sandboxes", [1, 2])
 def test_runs_cannot_ask_the_page_cache_what_the_runs_before_or_beside_them_read(isolation, sandboxes, channel):
-    """The page cache is the machine's: whether one page of a file every sandbox reads (a library
-    under /usr, bound read-only into each) is in memory is a bit any run can set (by reading it).
-    A check that asks for the bit of a page nobody else reads (``mincore`` is denied;
-    ``preadv2(RWF_NOWAIT)``, which fails with EAGAIN on a page that is not there, gets
-    EOPNOTSUPP; ``cachestat`` is refused on a file the run cannot write), rejects a builder when
-    it is set and then sets it, sees no run before it (one sandbox at a time) or beside it (two):
-    it accepts every builder and catches nothing.  How long the read of that page takes still
-    says whether it was there (``mutants_page_cache.py`` with ``timing``): that channel is open
-    (graders/README.md, the sandbox's limits)."""
+    """The page cache is the machine's: whether one page of a file every sandbox can read is in
+    memory is a bit any run could set (by reading it).  A check that asks for the bit of a page
+    nobody else reads (``mincore`` is denied; ``preadv2(RWF_NOWAIT)``, which fails with EAGAIN
+    on a page that is not there, gets EOPNOTSUPP; ``cachestat`` is refused on a file the run
+    cannot write; how long a read of the page takes, against a read of a page no run has read),
+    rejects a builder when it is set and then sets it, sees no run before it (one sandbox at a
+    time) or beside it (two): it accepts every builder and catches nothing.  The timing holds
+    because every file a sandbox can see is a copy in memory (``resident``): the machine's own
+    file of the same path, which the sandbox does not see, shows the channel is real."""
     path, page = _page_nobody_reads()
     result, spans = grade_neighbour_attack("mutants_page_cache.py", isolation, sandboxes=sandboxes,
                                            fill={"__CHANNEL__": channel, "__FILE__": path, "__PAGE__": page})

@@ -27,7 +27,7 @@ import pytest
 
 from graders import Limits, grading
 from graders.sandbox import PROTECTIONS, Sandbox, SandboxUnavailable, describe
-from graders.supervisor import ETC, plan_view
+from graders.supervisor import plan_view
 
 from grader_helpers import FAST, GOOD, HOSTILE, PYTHON, ROOT, processes_matching
 
@@ -38,10 +38,13 @@ DEBIAN = {"bin": "link", "sbin": "link", "lib": "link", "lib64": "link", "usr": 
           "var": "dir", "run": "dir", "opt": "dir", "srv": "dir", "boot": "dir", "mnt": "dir"}
 
 
-def test_the_view_hides_every_top_level_folder_but_the_system():
-    plan = plan_view(DEBIAN, ["/usr/lib/python3.11"])
-    assert plan["hide"] == ["/boot", "/etc", "/home", "/mnt", "/opt", "/root", "/run", "/srv", "/sys", "/var"]
-    assert plan["keep"] == sorted(ETC)              # Python under /usr is visible as it is
+SHOWN = ["/etc", "/root", "/usr", "/work"]        # what this machine's copy holds (``resident``)
+
+
+def test_the_view_hides_every_top_level_folder_but_devices_processes_and_the_copy():
+    plan = plan_view(DEBIAN | {"work": "dir"}, [], SHOWN)
+    assert plan["hide"] == ["/boot", "/home", "/mnt", "/opt", "/run", "/srv", "/sys", "/var"]
+    assert plan["show"] == SHOWN and plan["keep"] == []
     assert plan["tmp"] == "/tmp" and plan["blank"] == []
 
 
@@ -51,27 +54,37 @@ def test_the_view_hides_every_top_level_folder_but_the_system():
     ("/opt/python/3.12", "/srv/grader/.venv"),
     ("/tmp/ci/python", "/tmp/ci/checkout/.venv"),                      # a CI checkout under /tmp
 ])
-def test_the_interpreter_and_the_job_are_bound_back_wherever_they_live(python, venv):
+def test_the_copy_is_shown_and_the_job_bound_back_wherever_they_live(python, venv):
     job = "/tmp/grader-job-12-abc"
-    plan = plan_view(DEBIAN | {"work": "dir"}, [python, venv, venv + "/lib/python3.11/site-packages", job])
-    assert python in plan["keep"] and venv in plan["keep"] and job in plan["keep"]
-    assert venv + "/lib/python3.11/site-packages" not in plan["keep"]    # inside the venv, already there
-    assert not any(k.startswith(("/usr/", "/bin")) for k in plan["keep"])
-    checkout = venv.rsplit("/", 1)[0]
-    hidden_top = "/" + checkout.split("/")[1]
-    assert hidden_top in plan["hide"] or hidden_top == "/tmp"        # the checkout itself is not kept
-    assert checkout not in plan["keep"]
+    shown = sorted({"/usr", "/etc"} | {("/tmp/" + p.split("/")[2]) if p.startswith("/tmp/") else "/" + p.split("/")[1]
+                                       for p in (python, venv)})
+    plan = plan_view(DEBIAN | {"work": "dir"}, [job, job + "/lib/ga2"], shown)
+    assert plan["keep"] == [job]                               # its packages lie inside it
+    assert set(plan["show"]) == set(shown)
+    assert [p.count("/") for p in plan["show"]] == sorted(p.count("/") for p in plan["show"])
+    assert not set(plan["show"]) & set(plan["hide"])         # bound over, not covered first
+    assert "/usr" not in plan["hide"] and "/etc" not in plan["hide"]
+    for top in ("/home", "/opt", "/srv", "/var"):             # what the copy does not hold is covered
+        assert top in plan["hide"] or top in shown
+
+
+def test_the_machines_own_usr_is_never_shown_as_it_is():
+    """Without a copy to show, nothing of the machine's system is left visible but its devices
+    and processes: a view never falls back to the machine's /usr."""
+    plan = plan_view(DEBIAN, ["/usr/lib/python3.11"], [])
+    assert "/usr" in plan["hide"] and "/etc" in plan["hide"]
+    assert plan["keep"] == ["/usr/lib/python3.11"]           # asked for by name: bound back alone
 
 
 def test_top_level_files_are_blanked_and_links_left_alone():
-    plan = plan_view(DEBIAN | {"container_info.json": "file", "cdrom": "link"}, [])
+    plan = plan_view(DEBIAN | {"container_info.json": "file", "cdrom": "link"}, [], SHOWN)
     assert plan["blank"] == ["/container_info.json"]
     assert "/cdrom" not in plan["hide"] and "/cdrom" not in plan["blank"]
 
 
 def test_a_machine_without_etc_or_with_an_odd_root_still_gets_a_plan():
-    plan = plan_view({"usr": "dir", "tmp": "dir", "proc": "dir", "dev": "dir"}, ["/usr/bin"])
-    assert plan["hide"] == [] and plan["keep"] == []
+    plan = plan_view({"usr": "dir", "tmp": "dir", "proc": "dir", "dev": "dir"}, [], ["/usr"])
+    assert plan["hide"] == [] and plan["keep"] == [] and plan["show"] == ["/usr"]
 
 
 # --------------------------------------------------------- this machine, protections turned off

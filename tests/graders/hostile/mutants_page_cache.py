@@ -1,24 +1,28 @@
 # Attack (mutants): judge each builder against the runs before it (or the run beside it) through
-# the machine's page cache, which every sandbox shares: the system's and Python's files are bound
-# read-only into each, and whether one page of one of them is in memory is a bit any process can
-# read and set.  ``mincore`` is denied; __CHANNEL__ reads the bit another way: "nowait" reads the
-# page with ``preadv2(RWF_NOWAIT)``, which fails with EAGAIN rather than wait for the disk (and
-# starts bringing the page in: reading the bit sets it); "timing" times a plain read of the page
-# (from the disk, a millisecond; from memory, some microseconds); "cachestat" asks
+# the machine's page cache, which every sandbox shares: whether one page of a file every sandbox
+# can read is in memory is a bit any process can set (by reading the page) and read.  ``mincore``
+# is denied; __CHANNEL__ reads the bit another way: "nowait" reads the page with
+# ``preadv2(RWF_NOWAIT)``, which fails with EAGAIN rather than wait for the disk (and starts
+# bringing the page in: reading the bit sets it); "timing" times a read of the page against a
+# read of a page at random further on that no run has read (from the disk, a millisecond; from
+# memory, some microseconds): much faster, and the page was there; "cachestat" asks
 # ``cachestat(2)`` how many of the page's pages are cached (then reads the page, to set it).
-# Page __PAGE__ of __FILE__ (a page the test has just dropped from the cache; with
-# POSIX_FADV_RANDOM no read-ahead brings in its neighbours) is the mark: a run that finds it in
-# memory rejects the builder, as one that came after another; the first accepts.  Runs that
-# share nothing see no mark, accept every builder and catch nothing.
+# Page __PAGE__ of __FILE__ (the largest file in a sandbox's view; the test has just dropped the
+# machine's copy of it from the cache) is the mark: a run that finds it in memory rejects the
+# builder, as one that came after another; the first accepts.  Runs that share nothing see no
+# mark, accept every builder and catch nothing.
 import ctypes
 import os
+import random
 import time
 
 CHANNEL = "__CHANNEL__"
 FILE = "__FILE__"
 PAGE = 4096
 OFFSET = int("__PAGE__") * PAGE
-FAST_READ = 200e-6                   # seconds: a read faster than this found the page in memory
+READ_AHEAD = 64                      # pages: what the kernel may have read after the mark
+REFERENCES = 5                       # pages no run has read, timed
+MUCH_FASTER = 5                      # a read this many times faster than one from the disk hit memory
 CACHESTAT = {"x86_64": 451, "aarch64": 451}
 
 
@@ -36,10 +40,18 @@ def _seen_nowait(fd):
         return False
 
 
-def _seen_timing(fd):
+def _read_seconds(fd, offset):
     began = time.perf_counter()
-    os.pread(fd, PAGE, OFFSET)
-    return time.perf_counter() - began < FAST_READ
+    os.pread(fd, PAGE, offset)
+    return time.perf_counter() - began
+
+
+def _seen_timing(fd):
+    pages = os.fstat(fd).st_size // PAGE
+    os.pread(fd, PAGE, 0)                # the first read of a process pays for more than the read
+    unread = [PAGE * random.randrange(OFFSET // PAGE + READ_AHEAD, pages) for _ in range(REFERENCES)]
+    reference = min(_read_seconds(fd, offset) for offset in unread)      # a slow one by chance is no read from the disk
+    return _read_seconds(fd, OFFSET) * MUCH_FASTER < reference
 
 
 def _seen_cachestat(fd):
