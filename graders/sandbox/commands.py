@@ -120,7 +120,8 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
     for folder in copy.folders():
         args += ["--ro-bind", copy.source(folder), folder]
     compiled = {} if job_dir is None and warm_jobs is None else {
-        f"/sandbox/__pycache__/{code.name}": code for code in map(bytecode, (HARNESS, SUPERVISOR)) if code is not None}
+        f"/sandbox/__pycache__/{code.name}": copy.holding(code, f"__pycache__/{code.name}")
+        for code in map(bytecode, (HARNESS, SUPERVISOR)) if code is not None}
     # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
     for folder in ["/sandbox"] + (["/sandbox/lib"] if libs else []) + (["/sandbox/__pycache__"] if compiled else []):
         args += ["--perms", "0755", "--dir", folder]
@@ -129,7 +130,8 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
     if job_dir is not None or warm_jobs is not None:
         if job_dir is not None:
             args += ["--ro-bind", str(job_dir), "/sandbox/in"]
-        args += ["--ro-bind", str(HARNESS), "/sandbox/harness.py", "--ro-bind", str(SUPERVISOR), "/sandbox/supervisor.py"]
+        args += ["--ro-bind", copy.holding(HARNESS, "harness.py"), "/sandbox/harness.py",
+                 "--ro-bind", copy.holding(SUPERVISOR, "supervisor.py"), "/sandbox/supervisor.py"]
         for inside, code in compiled.items():
             args += ["--ro-bind", str(code), inside]
     for lib in libs:                    # course packages the job needs (the public checks)

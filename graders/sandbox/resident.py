@@ -97,7 +97,7 @@ class View:
         but ``/tmp``, whose children are bound one by one (a sandbox's ``/tmp`` is its own)."""
         out = []
         for entry in sorted(os.scandir(self.root), key=lambda e: e.name):
-            if entry.is_symlink() or not entry.is_dir():
+            if entry.is_symlink() or not entry.is_dir() or entry.name == ".grader":
                 continue
             if entry.name == "tmp":
                 out += [f"/tmp/{child.name}" for child in sorted(os.scandir(entry.path), key=lambda e: e.name)]
@@ -109,9 +109,25 @@ class View:
         """Where ``path`` of the sandbox lies in the copy."""
         return self.root + path
 
+    def holding(self, source: Path, name: str) -> str:
+        """A copy of the grader's file ``source`` (the harness, the supervisor, their compiled
+        forms) kept beside the system's as ``name``, outside what ``folders`` binds: the
+        sandbox binds it where it wants it.  Its times are the source's, so that a compiled
+        module still matches its source."""
+        target = os.path.join(self.root, ".grader", name)
+        info = os.stat(source)
+        with _lock:
+            if not os.path.exists(target) or os.stat(target).st_mtime_ns != info.st_mtime_ns:
+                os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+                partial = f"{target}.{os.getpid()}.{threading.get_ident()}"
+                shutil.copy2(source, partial)
+                os.chmod(partial, 0o644)
+                os.replace(partial, target)
+        return target
+
 
 _view: list[View] = []
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 
 def view() -> View:
