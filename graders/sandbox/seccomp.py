@@ -34,8 +34,9 @@ Python's, bound read-only into each): ``flock``, ``fcntl``'s record locks, lease
 notices, inotify and fanotify watches, and ``mincore``, which tells which pages of a file are in
 the machine's page cache (one sandbox reading a page would mark it for another), with the other
 ways to ask it (``preadv2``/``pwritev2`` with ``RWF_NOWAIT``: EOPNOTSUPP) or to take a page out
-of it (``fadvise64``, ``madvise``'s ``MADV_COLD`` and ``MADV_PAGEOUT``, ``process_madvise``),
-though how long a read takes still says whether its page was there; and the
+of it (``fadvise64``, ``madvise``'s ``MADV_COLD`` and ``MADV_PAGEOUT``, ``process_madvise``);
+how long a read takes says nothing, as every file a sandbox sees is a copy in memory
+(``resident``); and the
 machine-wide counts a call can raise or read: ``io_setup`` (AIO events, counted and capped for
 the whole machine) and ``sysinfo`` (the machine's process count and free memory).  The rest of
 what the machine counts is covered in the sandbox's /proc (``supervisor.MACHINE_WIDE_PROC_FILES``).  Threads (clone
