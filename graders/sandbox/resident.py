@@ -141,6 +141,7 @@ def view() -> View:
 
 def needed_paths() -> list[str]:
     """Every path a run needs (see the module's docstring), links on the way included."""
+    probe = _start_probe()                  # it runs while the folders are walked
     wanted: list[str] = []
     executable = os.path.normpath(os.path.abspath(sys.executable))
     wanted.append(executable)
@@ -154,11 +155,13 @@ def needed_paths() -> list[str]:
         for entry in sorted(os.listdir(site)):
             if entry in PACKAGES or entry.endswith(".libs") and entry[:-5] in PACKAGES:
                 wanted += _tree(os.path.join(site, entry), left_out=("tests",))
-    wanted += _mapped_by_python()
+    libraries = []
     for command in COMMANDS:
         path = shutil.which(command, path="/usr/bin:/bin")
         if path:
-            wanted += [path] + _with_names(_loaded_by(path))
+            wanted.append(path)
+            libraries += _loaded_by(path)
+    wanted += _with_names(_mapped_by_python(probe) + libraries)
     wanted += [path for path in ETC if os.path.lexists(path)]
     out: set[str] = set()
     for path in wanted:
@@ -182,25 +185,37 @@ def _tree(folder: str, left_out: tuple[str, ...]) -> list[str]:
     return found
 
 
-def _mapped_by_python() -> list[str]:
+def _start_probe() -> subprocess.Popen:
+    """The sandbox's interpreter running ``PROBE``."""
+    return subprocess.Popen([os.path.normpath(os.path.abspath(sys.executable)), "-I", "-S", "-B", "-c", PROBE,
+                             json.dumps(site_dirs())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=environment("/"), cwd="/", stdin=subprocess.DEVNULL)
+
+
+def _mapped_by_python(probe: subprocess.Popen) -> list[str]:
     """The files the sandbox's interpreter maps with numpy and the standard library loaded."""
-    proc = subprocess.run([os.path.normpath(os.path.abspath(sys.executable)), "-I", "-S", "-B", "-c", PROBE,
-                           json.dumps(site_dirs())], capture_output=True, timeout=PROBE_SECONDS,
-                          env=environment("/"), cwd="/", stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
+    try:
+        stdout, stderr = probe.communicate(timeout=PROBE_SECONDS)
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        probe.communicate()
+        raise OSError(f"the interpreter's files could not be listed in {PROBE_SECONDS} s") from None
+    if probe.returncode != 0:
         raise OSError(f"the interpreter's files could not be listed: "
-                      f"{proc.stderr.decode(errors='replace').strip()[-300:] or proc.returncode}")
-    return _with_names([p for p in json.loads(proc.stdout) if os.path.isfile(p)])
+                      f"{stderr.decode(errors='replace').strip()[-300:] or probe.returncode}")
+    return [p for p in json.loads(stdout) if os.path.isfile(p)]
 
 
 def _with_names(files: list[str]) -> list[str]:
     """``files`` and the links beside each that name it: a library is mapped from its own file
     (``libz.so.1.2.13``) but found by the name it is linked against (``libz.so.1``)."""
     wanted = {os.path.realpath(f) for f in files}
+    stems = {os.path.basename(f).split(".so")[0] for f in wanted}     # libz of libz.so.1.2.13
     out = list(files)
     for folder in sorted({os.path.dirname(f) for f in files}):
         for entry in os.scandir(folder):
-            if entry.is_symlink() and os.path.realpath(entry.path) in wanted:
+            if (entry.name.split(".so")[0] in stems and entry.is_symlink()
+                    and os.path.realpath(entry.path) in wanted):
                 out.append(entry.path)
     return out
 
@@ -237,7 +252,7 @@ def _resolution(path: str, depth: int = 0) -> list[str]:
 def build(paths: list[str], base: str | None = None) -> View:
     """Copy ``paths`` (files, links, folders: a folder is made, not filled) into a fresh folder
     of a tmpfs (or of the temporary folder, see ``_memory_base``), each at its own path; folders
-    0755, files with their own permission bits (set-id bits dropped)."""
+    0755, files with their own permission bits (set-id bits dropped) and times."""
     size = sum(os.lstat(p).st_size for p in paths if os.path.isfile(p) and not os.path.islink(p))
     base, in_memory = (base, True) if base else _memory_base(size)
     remove_stale_folders(Path(base))
@@ -260,6 +275,8 @@ def build(paths: list[str], base: str | None = None) -> View:
         elif stat.S_ISREG(info.st_mode):
             shutil.copyfile(path, target)
             os.chmod(target, stat.S_IMODE(info.st_mode) & 0o777)
+            # a module's compiled form is used only while its source's time is the one it records
+            os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
             view.files += 1
             view.bytes += info.st_size
     return view

@@ -61,6 +61,7 @@ def test_a_copy_keeps_links_and_permission_bits_but_no_set_id_bit(tmp_path):
     (tree / "usr" / "lib" / "libx.so.1.2").write_bytes(b"\x7fELF" + bytes(5000))
     os.chmod(tree / "usr" / "lib" / "libx.so.1.2", 0o640)
     os.symlink("libx.so.1.2", tree / "usr" / "lib" / "libx.so.1")
+    os.utime(tree / "usr" / "bin" / "tool", (1_600_000_000, 1_600_000_000))   # a module's compiled form checks it
     (tree / "tmp" / "ci").mkdir(parents=True)
     (tree / "tmp" / "ci" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     memory = tmp_path / "memory"
@@ -69,6 +70,7 @@ def test_a_copy_keeps_links_and_permission_bits_but_no_set_id_bit(tmp_path):
     view = resident.build(paths, base=str(memory))
     copied = view.source(str(tree / "usr" / "bin" / "tool"))
     assert stat.S_IMODE(os.lstat(copied).st_mode) == 0o755
+    assert os.stat(copied).st_mtime_ns == os.stat(tree / "usr" / "bin" / "tool").st_mtime_ns
     assert stat.S_IMODE(os.lstat(view.source(str(tree / "usr" / "lib" / "libx.so.1.2"))).st_mode) == 0o640
     assert os.readlink(view.source(str(tree / "usr" / "lib" / "libx.so.1"))) == "libx.so.1.2"
     assert open(view.source(str(tree / "usr" / "lib" / "libx.so.1")), "rb").read(4) == b"\x7fELF"
