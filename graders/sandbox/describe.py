@@ -2,6 +2,8 @@
 names of ``limits.PROTECTIONS``), and why the fallback was used."""
 from __future__ import annotations
 
+from .resident import current_view
+
 
 def describe(mode: str, why: str, held: dict) -> str:
     """The sentence the results carry: one clause per protection, what held or what did not."""
@@ -39,8 +41,10 @@ def describe(mode: str, why: str, held: dict) -> str:
     else:
         parts.append("the machine's network")
     if held.get("file_view"):
-        parts.append("read-only system and Python (a copy in memory of only what a run needs), private /tmp and /dev/shm, the course checkout and "
-                     "the rest of the machine's files invisible")
+        copy = current_view()
+        where = "in memory" if copy is None or copy.in_memory else "on disk, in the page cache"
+        parts.append(f"read-only system and Python (a copy of only what a run needs, {where}), private /tmp and "
+                     "/dev/shm, the course checkout and the rest of the machine's files invisible")
     else:
         parts.append("the machine's files as any user sees them (it can read what its user can read)"
                      + ("; what its user left in /tmp, /dev/shm and the other shared folders removed "

@@ -139,6 +139,11 @@ def view() -> View:
         return _view[0]
 
 
+def current_view() -> View | None:
+    """This grader's copy if it has been made, else None (nothing is made)."""
+    return _view[0] if _view else None
+
+
 def needed_paths() -> list[str]:
     """Every path a run needs (see the module's docstring), links on the way included."""
     probe = _start_probe()                  # it runs while the folders are walked

@@ -198,3 +198,13 @@ def test_every_file_a_run_reads_outside_its_own_job_is_in_memory(isolation):
     assert sorted(on_disk) == sorted(job + root) and len(job) == 1, seen["mounts"]
     machine = os.listdir(f"/usr/lib/{os.uname().machine}-linux-gnu")
     assert 0 < len(seen["libs"]) < len(machine) / 4, (len(seen["libs"]), len(machine))
+
+
+def test_the_results_say_where_the_copy_is(monkeypatch):
+    """``isolation_detail`` says what held: a copy on disk is in the page cache, not in memory."""
+    from graders.sandbox import describe
+    held = {"file_view": True, "pid_namespace": True, "supervisor": True}
+    monkeypatch.setattr(resident, "_view", [resident.View(root="/nowhere", in_memory=False)])
+    assert "(a copy of only what a run needs, on disk, in the page cache)" in describe("bwrap", "", held)
+    monkeypatch.setattr(resident, "_view", [resident.View(root="/nowhere", in_memory=True)])
+    assert "(a copy of only what a run needs, in memory)" in describe("bwrap", "", held)
