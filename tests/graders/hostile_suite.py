@@ -11,6 +11,7 @@ sandbox would not have it, instead of being run unsandboxed.
 import os
 import random
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -631,9 +632,9 @@ def test_a_sandbox_leaves_nothing_in_the_machine_for_the_next_one(isolation, fil
 def _page_nobody_reads():
     """The largest file in a sandbox's view (``resident``: the copy every sandbox of this grader
     binds) and a page of it chosen at random in its first half, with the machine's own file of
-    that path dropped from the page cache: (path, page index).  That file shows the channel a
-    sandbox would have had were it shown the machine's files: a read of a page dropped from the
-    cache takes many times longer than the same read again."""
+    that path dropped from the page cache: (path, page index).  That is the page a sandbox shown
+    the machine's files would have had to mark and time (``_disk_reads_are_slow`` shows the
+    timing would tell)."""
     copy = resident.view()
     files = [os.path.join(top, name) for top, _, names in os.walk(copy.root) for name in names]
     largest = max((f for f in files if not os.path.islink(f)), key=os.path.getsize)
@@ -641,18 +642,34 @@ def _page_nobody_reads():
     pages = os.path.getsize(path) // 4096
     fd = os.open(path, os.O_RDONLY)
     try:
-        cold, warm = [], []
-        for probe in random.sample(range(pages // 2, pages), 5):
-            os.posix_fadvise(fd, probe * 4096, 4096, os.POSIX_FADV_DONTNEED)
-            for times in (cold, warm):
-                began = time.perf_counter()
-                os.pread(fd, 4096, probe * 4096)
-                times.append(time.perf_counter() - began)
-        assert sorted(cold)[2] > 3 * sorted(warm)[2], (cold, warm)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
     return path, random.randrange(pages // 8, pages // 2)
+
+
+def _disk_reads_are_slow():
+    """On this machine's disk (where the checkout lives), a read of a page that is not in the
+    page cache takes several times as long as the same read again: the channel the copy in
+    memory closes is real here.  (A checkout on a tmpfs has no disk to time: nothing to show.)"""
+    folder = Path(__file__).parent
+    if resident._fs_type(str(folder)) == "tmpfs":
+        return
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".page-cache-")
+    try:
+        os.write(fd, os.urandom(64 << 20))
+        os.fsync(fd)                                  # clean pages: dropping them drops them
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        cold, warm = [], []
+        for page in random.sample(range(0, (64 << 20) // 4096, 1024), 9):    # 4 MiB apart: no read-ahead reaches
+            for times in (cold, warm):
+                began = time.perf_counter()
+                os.pread(fd, 4096, page * 4096)
+                times.append(time.perf_counter() - began)
+        assert sorted(cold)[4] > 3 * sorted(warm)[4], (cold, warm)
+    finally:
+        os.close(fd)
+        os.unlink(name)
 
 
 @pytest.mark.parametrize("channel", ["nowait", "cachestat", "timing"])
@@ -666,7 +683,9 @@ def test_runs_cannot_ask_the_page_cache_what_the_runs_before_or_beside_them_read
     rejects a builder when it is set and then sets it, sees no run before it (one sandbox at a
     time) or beside it (two): it accepts every builder and catches nothing.  The timing holds
     because every file a sandbox can see is a copy in memory (``resident``): the machine's own
-    file of the same path, which the sandbox does not see, shows the channel is real."""
+    file of the same path, which the sandbox does not see, would have carried the mark (reads
+    from this machine's disk are many times slower than reads from memory)."""
+    _disk_reads_are_slow()
     path, page = _page_nobody_reads()
     result, spans = grade_neighbour_attack("mutants_page_cache.py", isolation, sandboxes=sandboxes,
                                            fill={"__CHANNEL__": channel, "__FILE__": path, "__PAGE__": page})
