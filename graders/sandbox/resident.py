@@ -1,8 +1,8 @@
 """The files a sandboxed run sees: a copy, in memory, of only those a run needs (``view()``).
 
 Why a copy.  The machine's page cache is shared by every process: whether a page of a file is in
-memory is a bit that any run can set (by reading the page) and read (by timing a read: about a
-millisecond from the disk, some microseconds from memory).  Were the sandbox to show the
+memory is a bit that any run can set (by reading the page) and read (by timing a read: tens of
+microseconds or more from the disk, about one microsecond from memory).  Were the sandbox to show the
 machine's ``/usr`` and Python's folders, as a bind of the real folders does, a check could mark
 a page of a large library nobody reads and the runs after it, or the one beside it, could see the
 mark: a check that learns which builders came before it can judge them by consensus.  So every

@@ -4,8 +4,8 @@
 # is denied; __CHANNEL__ reads the bit another way: "nowait" reads the page with
 # ``preadv2(RWF_NOWAIT)``, which fails with EAGAIN rather than wait for the disk (and starts
 # bringing the page in: reading the bit sets it); "timing" times a read of the page against a
-# read of a page at random further on that no run has read (from the disk, a millisecond; from
-# memory, some microseconds): much faster, and the page was there; "cachestat" asks
+# read of a page at random further on that no run has read (from the disk, tens of microseconds
+# or more; from memory, about one microsecond): much faster, and the page was there; "cachestat" asks
 # ``cachestat(2)`` how many of the page's pages are cached (then reads the page, to set it).
 # Page __PAGE__ of __FILE__ (the largest file in a sandbox's view; the test has just dropped the
 # machine's copy of it from the cache) is the mark: a run that finds it in memory rejects the
