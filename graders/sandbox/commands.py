@@ -34,6 +34,13 @@ def which(tool: str) -> str | None:
     return _tools[tool]
 
 
+def interpreter() -> str:
+    """The interpreter as a sandbox names it: normalized, so that a grader started as
+    ``../.venv/bin/python`` names a path that exists in the sandbox, where only the
+    installation's folders are."""
+    return os.path.normpath(os.path.abspath(sys.executable))
+
+
 def python_roots() -> list[str]:
     """Folders the sandboxed interpreter needs: the installation and the packages' folders
     (outermost only: a folder inside another is not listed)."""
@@ -166,9 +173,7 @@ def unshare_prefix() -> list[str]:
 def supervisor_cmd(path: str, *, uid, report_fd, close, keep=None, view=None, tmp_bytes=0, subreaper=False,
                    probe=False, seccomp_fd=None) -> list[str]:
     """The supervisor's command line (its options: ``supervisor.main``)."""
-    # normalized: a grader started as ../.venv/bin/python must name its interpreter by a path that
-    # exists in the sandbox, where only the installation's folders are
-    cmd = [os.path.normpath(os.path.abspath(sys.executable)), "-I", "-S", "-B", "-c", BOOT, path] + (["--probe"] if probe else [])
+    cmd = [interpreter(), "-I", "-S", "-B", "-c", BOOT, path] + (["--probe"] if probe else [])
     if report_fd is not None:
         cmd += ["--report-fd", str(report_fd)]
     if close:

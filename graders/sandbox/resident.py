@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .commands import environment, site_dirs, which
+from .commands import environment, interpreter, site_dirs
 from .folders import remove_stale_folders
 
 STDLIB_LEFT_OUT = ("test", "site-packages", "dist-packages", "idlelib", "tkinter", "turtledemo",
@@ -148,7 +148,7 @@ def needed_paths() -> list[str]:
     """Every path a run needs (see the module's docstring), links on the way included."""
     probe = _start_probe()                  # it runs while the folders are walked
     wanted: list[str] = []
-    executable = os.path.normpath(os.path.abspath(sys.executable))
+    executable = interpreter()
     wanted.append(executable)
     venv_config = Path(sys.prefix) / "pyvenv.cfg"
     if venv_config.is_file():
@@ -192,7 +192,7 @@ def _tree(folder: str, left_out: tuple[str, ...]) -> list[str]:
 
 def _start_probe() -> subprocess.Popen:
     """The sandbox's interpreter running ``PROBE``."""
-    return subprocess.Popen([os.path.normpath(os.path.abspath(sys.executable)), "-I", "-S", "-B", "-c", PROBE,
+    return subprocess.Popen([interpreter(), "-I", "-S", "-B", "-c", PROBE,
                              json.dumps(site_dirs())], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=environment("/"), cwd="/", stdin=subprocess.DEVNULL)
 
