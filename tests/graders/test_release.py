@@ -336,7 +336,7 @@ def test_every_sentence_about_grading_is_the_class_copys(release):
     proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120, cwd=out)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == \
-        "time_per_token: public tests passed; hidden tests run at grading: hand in this notebook."
+        "time_per_token: public checks passed; hidden tests run at grading: hand in this notebook."
 
 
 def test_the_copy_installs_the_model_its_chapters_run_by_its_hash(release):
