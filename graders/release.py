@@ -42,6 +42,7 @@ import textwrap
 from pathlib import Path
 
 from .answer_leaks import Counterpart, counterparts, describe, find_leaks, is_starter
+from .lab_chapters import built_notebook, lab_chapter
 
 __all__ = ["ReleaseError", "make_release", "starter_source"]
 
@@ -243,6 +244,11 @@ def _requirement_name(line: str) -> str:
 
 #: What running the notebooks needs whatever they import: JupyterLab and its Python kernel.
 TO_RUN_NOTEBOOKS = ("jupyterlab", "ipykernel")
+#: What the copy's JupyterLab needs beyond the course's own environment: the MyST renderer, so that
+#: a chapter's admonitions, dropdowns (closed), math and links read as on the site (2.7 tried in
+#: Chromium with the chapters; the course's own venv leaves it out: its JupyterLab tests count
+#: console errors, and it logs some).
+LEARNER_ONLY = ("jupyterlab-myst>=2.7,<3",)
 
 
 def learner_requirements(root: Path, tmp: Path) -> list[str]:
@@ -253,7 +259,7 @@ def learner_requirements(root: Path, tmp: Path) -> list[str]:
         return []
     lines = [line.strip() for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
-    return [line for line in lines if _requirement_name(line) in wanted]
+    return [line for line in lines if _requirement_name(line) in wanted] + list(LEARNER_ONLY)
 
 
 def _package_data(root: Path, shipped: list[str]) -> dict[str, list[str]]:
@@ -573,10 +579,12 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     graded = _graded_exercises()
     imports: set[str] = set()
     to_read = []
+    figures = with_outputs = 0
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
-        for cell, _ in _code_cells(nb):
-            cell["outputs"], cell["execution_count"] = [], None
+        shown = lab_chapter(nb, built_notebook(root / "_build", path), f"book/chapters/{path.name}")
+        figures += shown["figures"]
+        with_outputs += bool(shown["outputs"])
         if _without_left_out(nb, left_out, f"site/book/chapters/{path.stem}.html"):
             to_read.append(path.name)
         sources = [src for _, src in _code_cells(nb)]
@@ -584,16 +592,22 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
         uses = {n: graded[n][0] for n in set().union(*map(_names_used, sources)) if n in graded} if sources else {}
         if uses:
             first = next((k for k, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"), -1)
-            nb["cells"].insert(first + 1, _cell("code", (
+            answers_cell = _cell("code", (
                 "# Your answers from the exercises, in the engine this chapter runs\n"
                 "import answers\n"
-                f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))}, globals())")))
+                f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))}, globals())"))
+            answers_cell["metadata"]["jupyter"] = {"source_hidden": True}    # its paragraph is what it says
+            nb["cells"].insert(first + 1, answers_cell)
         (target / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for other in sorted(source_dir.iterdir()):          # figures and data the chapters read
         if other.suffix != ".ipynb" and other.name not in SKIP_PARTS and not other.name.startswith("."):
             (_copy_tree(other, target / other.name) if other.is_dir() else shutil.copy2(other, target / other.name))
     report.append(f"chapters: {len(list(target.glob('*.ipynb')))} notebooks in book/chapters"
                   + (f" (cells of {', '.join(to_read)} to read: they need a module left out)" if to_read else ""))
+    report.append(f"chapters as the site shows them: {figures} glued figures written into the text, the build's "
+                  f"outputs in {with_outputs} chapters" if with_outputs else
+                  "chapters: no outputs and glued figures left as roles (the site is not built: run 'make book', "
+                  "then 'make release' again)")
     return imports
 
 
