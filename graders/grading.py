@@ -600,7 +600,7 @@ def _loading_problem(message: dict | None, run: Run, extracted: Extracted, limit
     return problem
 
 
-_FATAL = ("submission_timeout", "channel_overflow")
+_FATAL = ("submission_timeout", "channel_overflow", "memory_files")
 
 
 def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]:
@@ -610,6 +610,8 @@ def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]
         return f"the submission used up its time budget ({limits.submission_seconds:g} s)", Trouble.TIMEOUT
     if killed == "channel_overflow":
         return "the submission flooded the grader's results channel", Trouble.CRASHED
+    if killed == "memory_files":
+        return feedback.memory_files_text(limits), Trouble.CRASHED
     return f"the submission's process ended {runs} times", Trouble.CRASHED
 
 
