@@ -18,9 +18,13 @@ student's files into ``/autograder/submission/`` (under the names the student ga
     ga2/ ...           the course packages that exercise's hidden tests import (their ``libs`` and
                        their imports): the GA-2 machine for attention_tail and mutants
 
-Before grading, ``run_autograder`` (as root, Gradescope's) makes ``source/`` unreadable to
-other users (``close_source``; the interpreter and its packages stay readable), so that the
-sandbox's weakest fallback, which shows the submission the machine's files, grades there.
+Before grading, ``run_autograder`` (as root, Gradescope's) removes ``results/`` and makes it
+again, closed to other users (``prepare_results``: a submission runs as another user and cannot
+write there), and makes ``source/`` unreadable to other users (``close_source``; the interpreter
+and its packages stay readable), so that the sandbox's weakest fallback, which shows the
+submission the machine's files, grades there.  After the grader, whatever became of it,
+``--finish`` (``finish``) kills what the sandboxes' users left and keeps results.json only if the
+grader wrote it.
 
 Grading one submission (``run``):
 
@@ -38,7 +42,12 @@ Grading one submission (``run``):
 
 Whatever happens (no sandbox can be made here, the grader fails), ``results.json`` is written,
 with every test at 0 and a sentence for the student; the details go to ``extra_data`` and to the
-log (run_autograder's standard output, which Gradescope shows the instructor).
+log (run_autograder's standard output, which Gradescope shows the instructor).  It is written at once
+(nothing graded yet), after each sandbox's tests are judged and at the end, atomically, so that
+a grader killed midway (the container's OOM killer) leaves the tests it graded, and words that
+say what happened (``interrupted_result``).  A notebook handed in as a link, or any file that
+cannot be opened as a regular file, is ``unreadable``: the student's to fix.  Every text the
+submission chose is on one line in the log (``results.one_line``).
 """
 from __future__ import annotations
 
