@@ -55,13 +55,19 @@ CAP_NAMES = ["chown", "dac_override", "dac_read_search", "fowner", "fsetid", "ki
 TOOLS = ("bash", "rm", "mkdir", "unshare", "setpriv")
 
 
+def tool(name: str) -> str | None:
+    """Where ``name`` is: on the PATH, or in the system's sbin folders (capsh lives there)."""
+    return shutil.which(name) or next((f"{d}/{name}" for d in ("/usr/sbin", "/sbin") if os.path.exists(f"{d}/{name}")),
+                                      None)
+
+
 def missing_requirements() -> str | None:
     """Why the simulation cannot run here, or None."""
     if os.geteuid() != 0:
         return "needs root (mount and PID namespaces, a memory cgroup)"
-    for tool in ("unshare", "capsh", "bwrap", "setpriv"):
-        if not shutil.which(tool):
-            return f"needs {tool} (make system-deps)"
+    for name in ("unshare", "capsh", "bwrap", "setpriv"):
+        if not tool(name):
+            return f"needs {name} (make system-deps)"
     if _memory_cgroup_base() is None:
         return "needs a memory cgroup this user can make (cgroup v1's memory hierarchy, or v2 delegating memory)"
     return None
@@ -292,14 +298,14 @@ def simulate(package: Path, files: dict[str, bytes], *, bwrap: str, links: dict[
     (``files``: name -> bytes; ``links``: name -> target), with bubblewrap ``"absent"`` or
     ``"failing"``; ``kill_on``: a path whose appearance makes the simulation kill the grader."""
     assert bwrap in ("absent", "failing")
-    tools = {tool: shutil.which(tool) for tool in TOOLS}
+    tools = {name: shutil.which(name) for name in TOOLS}
     if bwrap == "failing":
         tools["bwrap"] = shutil.which("bwrap")
     last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     plan = {"zip": str(package), "python": python, "close": _close_up(python), "tools": tools,
             "files": {name: base64.b64encode(data).decode() for name, data in files.items()},
             "links": links or {}, "kill_on": kill_on, "first_uid": FIRST_SANDBOX_UID,
-            "capsh": shutil.which("capsh"),
+            "capsh": tool("capsh"),
             "drop": [f"cap_{name}" for name in CAP_NAMES[:last + 1] if name not in DOCKER_CAPS]}
     container = Container(limit)
     try:
