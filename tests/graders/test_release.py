@@ -335,9 +335,8 @@ def test_every_sentence_about_grading_is_the_class_copys(release):
     """)
     proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120, cwd=out)
     assert proc.returncode == 0, proc.stderr
-    last = " ".join(line.strip() for line in proc.stdout.strip().splitlines()[-2:])   # wrapped at 88
-    assert last.endswith("4 public checks passed. "
-                         "time_per_token: public checks passed; hidden tests run at grading: hand in this notebook.")
+    said = " ".join(line.strip() for line in proc.stdout.strip().splitlines())   # the report wraps at 88
+    assert said.endswith("time_per_token: public checks passed; hidden tests run at grading: hand in this notebook.")
 
 
 def test_the_copy_installs_the_model_its_chapters_run_by_its_hash(release):
