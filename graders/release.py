@@ -874,13 +874,24 @@ python3 -m venv .venv && .venv/bin/pip install -e .
 JupyterLab opens on this folder: the exercises are in `exercises/`, the chapters in
 `book/chapters/`, and the links between them open the notebook they name.
 
+## How to hand in
+
 {hand_in}
 
+- Each exercise is an assignment of its own (on Gradescope, one per exercise): hand in that
+  exercise's notebook, `exercises/NAME.ipynb`, saved (File > Save, or Ctrl+S), to its assignment.
+- Hand in exactly one notebook per assignment: the grader grades the one `.ipynb` it finds (any
+  name), and a submission with none or several gets 0 with the files it found named. A PDF, a link
+  or a file that cannot be opened is not graded.
+
 The code the chapters run (the engine `kvcache` and the chapters' own `lessons`) calls the
-functions the exercises ask for, and in this copy those are starters: a chapter that calls one runs on your answer once you have written it.
-Its first cells install every answer you have written so far (`answers.install_all()`) and say
-in one sentence what the chapter runs on; `answers.install_from("softmax.ipynb")` does it for one
-exercise, in any notebook.
+functions the exercises ask for, and in this copy those are starters: a chapter that calls one runs
+on your answer once you have written it and saved its notebook. A chapter comes with the figures and
+outputs of the course's own run, so it reads whole before you run anything. Its first cell installs
+every answer you have saved so far (`answers.install_all()`) and says in one paragraph which
+exercises the chapter calls, when each was saved and whether it passes its public checks; when you
+Run All, a cell that needs an answer not written yet says so in one line and the others run.
+`answers.install_from("softmax.ipynb")` installs one exercise's answer, in any notebook.
 {machine}""", encoding="utf-8")
     (tmp / MARKER).write_text("made by python -m graders release\n", encoding="utf-8")
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from graders.release import make_release
 
 from grader_helpers import ROOT
 
@@ -48,28 +47,6 @@ for path in sys.argv[1:]:
     results[path] = {"error": error, "printed": printed}
 print(json.dumps(results))
 '''
-
-
-def _readme_commands(readme: str) -> list[str]:
-    """The shell lines of the README's set-up block, but the one that opens JupyterLab."""
-    block = re.search(r"```sh\n(.*?)```", readme, re.S)
-    assert block, "the copy's README has no set-up commands"
-    return [line for line in block.group(1).splitlines() if line.strip() and "jupyter lab" not in line]
-
-
-@pytest.fixture(scope="session")
-def learner_copy(tmp_path_factory):
-    """(the copy, its venv's python): made once per session."""
-    out = tmp_path_factory.mktemp("learner") / "course"
-    make_release(out, root=ROOT)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    for command in _readme_commands((out / "README.md").read_text()):
-        proc = subprocess.run(["sh", "-c", command], cwd=out, env=env, capture_output=True, text=True,
-                              timeout=1800)
-        assert proc.returncode == 0, f"{command}: {proc.stderr[-3000:]}"
-    python = out / ".venv" / "bin" / "python"
-    assert python.exists()
-    return out, python
 
 
 def _run(copy: Path, python: Path, notebooks: list[Path]) -> dict:
