@@ -42,12 +42,15 @@ import textwrap
 from pathlib import Path
 
 from .answer_leaks import Counterpart, counterparts, describe, find_leaks, is_starter
+from .chapter_calls import CallGraph, chapter_calls
 from .lab_chapters import built_notebook, lab_chapter
 
 __all__ = ["ReleaseError", "make_release", "starter_source"]
 
 MARKER = ".kvcourse-release"
 NEVER = ("solutions", "graders")          # folders never shipped
+#: Packages a chapter's code does not run through (what it calls lives in the others).
+NOT_COURSE_CODE = ("answers", "public_checks", "tests", "bench", "tools", "coursetools", "course")
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".hypothesis"}
 
 
@@ -566,9 +569,10 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     """The chapters as notebooks to run, at the place they have in the course (``book/chapters``,
     so that the links between them and the exercises resolve as they are), outputs cleared.
 
-    A chapter that calls a graded function gets a cell, after its first one (which sets the
-    machine up before numpy is imported), that installs the learner's answers written so far and
-    says in one sentence what the chapter runs on (``answers.say_what_runs``).  The code of a
+    A chapter that calls a graded function, itself or through the course's code
+    (``chapter_calls``), gets a cell, after its first one (which sets the machine up before numpy
+    is imported), that installs the learner's answers written so far and says in one paragraph
+    what the chapter runs on (``answers.say_what_runs``).  The code of a
     chapter that needs a module the release leaves out is shipped to read (``_without_left_out``)."""
     source_dir = root / "book" / "chapters"
     if not source_dir.is_dir():
@@ -577,6 +581,8 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     target = tmp / "book" / "chapters"
     target.mkdir(parents=True)
     graded = _graded_exercises()
+    graph = CallGraph(root, [p.name for p in sorted(root.iterdir()) if (p / "__init__.py").is_file()
+                             and p.name not in NEVER + NOT_COURSE_CODE])
     imports: set[str] = set()
     to_read = []
     figures = with_outputs = 0
@@ -589,7 +595,7 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
             to_read.append(path.name)
         sources = [src for _, src in _code_cells(nb)]
         imports |= set().union(*map(_imports, sources)) if sources else set()
-        uses = {n: graded[n][0] for n in set().union(*map(_names_used, sources)) if n in graded} if sources else {}
+        uses = {n: graded[n][0] for n in chapter_calls(sources, graph, set(graded))}
         if uses:
             first = next((k for k, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"), -1)
             answers_cell = _cell("code", (
