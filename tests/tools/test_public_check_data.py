@@ -85,8 +85,9 @@ def test_latent_attend_step_data_agrees_with_the_lessons():
             out, cache = latent_attend_step(x_t, cache, p, case["n_heads"])
             outs.append(out)
         assert close(outs, case["expected"]) and close(cache["c"], case["latents"])
-        for wrong in case["mistakes"].values():
-            assert not close(wrong, case["expected"])
+        if key != "worked_example":             # d = r = 1 there: every scaling is the same
+            for wrong in case["mistakes"].values():
+                assert not close(wrong, case["expected"])
 
 
 ENGINE = {"kv_cache_bytes": memory.kv_cache_bytes, "max_batch": memory.max_batch,
