@@ -32,9 +32,15 @@ from kvcache.model import LayerWeights, Model
 
 from .harness import Kept
 
-__all__ = ["pool_kv_heads", "truncate_kv_rank", "kept_pooled", "kept_latent", "POOLINGS"]
+__all__ = ["pool_kv_heads", "truncate_kv_rank", "energy_kept", "kept_pooled", "kept_latent", "POOLINGS",
+           "TOKENS_MEASURED"]
 
 POOLINGS = ("mean", "first")
+
+# Tokens of the fixed text the chapter judges each conversion on: five runs of the model over
+# them (the full cache and four conversions) take about 4 s of one core, so the chapter stays
+# well inside its 90 s on a machine whose two cores are shared with others.
+TOKENS_MEASURED = 256
 
 
 def _like(new: np.ndarray, old: np.ndarray) -> np.ndarray:
@@ -85,6 +91,18 @@ def truncate_kv_rank(model: Model, rank: int) -> Model:
         low = (U[:, :rank] * S[:rank]) @ Vt[:rank]                       # (2 G d, D)
         layers.append(dataclasses.replace(w, wqkv=_like(np.vstack([wq, low]), w.wqkv)))
     return _with_layers(model, layers)
+
+
+def energy_kept(model: Model, rank: int) -> float:
+    """The share of the squared Frobenius norm of [W_k; W_v] its rank-``rank`` truncation keeps,
+    sum of the ``rank`` largest squared singular values over the sum of all, averaged over the
+    layers (Eckart-Young: what is lost is the rest)."""
+    shares = []
+    for w in model.layers:
+        _, wk, wv = _split(model, w)
+        S2 = np.linalg.svd(np.vstack([wk, wv]), compute_uv=False) ** 2
+        shares.append(S2[:rank].sum() / S2.sum())
+    return float(np.mean(shares))
 
 
 def kept_pooled(head_dim: int, bits: int = 32) -> tuple[Kept, Kept]:
