@@ -39,10 +39,10 @@ __all__ = ["latent_params", "empty_latent_cache", "latent_attend_step", "decompr
            "decoupled_cache", "decoupled_scores"]
 
 
-def latent_params(D: int, H: int, d: int, r: int, seed: int = 0) -> dict[str, np.ndarray]:
+def latent_params(D: int, H: int, d: int, r: int, draw: int = 0) -> dict[str, np.ndarray]:
     """Random float64 weights of one latent-attention layer: Wq (D, H d), Wdkv (D, r), Wuk and
-    Wuv (r, H d), each normal with variance 1 / (its input width)."""
-    rng = np.random.default_rng(seed)
+    Wuv (r, H d), each normal with variance 1 / (its input width), from random draw ``draw``."""
+    rng = np.random.default_rng(draw)
     return {"Wq": rng.standard_normal((D, H * d)) / math.sqrt(D),
             "Wdkv": rng.standard_normal((D, r)) / math.sqrt(D),
             "Wuk": rng.standard_normal((r, H * d)) / math.sqrt(r),
@@ -146,11 +146,11 @@ def absorbed_scores(q: np.ndarray, C: np.ndarray, p, n_heads: int) -> np.ndarray
     return a @ C.T / math.sqrt(d)
 
 
-def decoupled_params(D: int, H: int, d: int, r: int, d_rope: int, seed: int = 0) -> dict[str, np.ndarray]:
+def decoupled_params(D: int, H: int, d: int, r: int, d_rope: int, draw: int = 0) -> dict[str, np.ndarray]:
     """``latent_params`` plus the decoupled RoPE projections: Wqr (D, H d_R), one rotated query
     part per head, and Wkr (D, d_R), one rotated key shared by the heads."""
-    p = latent_params(D, H, d, r, seed)
-    rng = np.random.default_rng(seed + 1)
+    p = latent_params(D, H, d, r, draw)
+    rng = np.random.default_rng(draw + 1)
     p["Wqr"] = rng.standard_normal((D, H * d_rope)) / math.sqrt(D)
     p["Wkr"] = rng.standard_normal((D, d_rope)) / math.sqrt(D)
     return p

@@ -22,7 +22,7 @@ def decode(X, p, H):
 
 @pytest.mark.parametrize("D, H, d, r, T", [(12, 3, 4, 5, 7), (6, 1, 3, 1, 4), (8, 2, 2, 9, 5)])
 def test_the_absorbed_step_gives_the_rows_of_attention_over_rebuilt_keys(D, H, d, r, T):
-    p = latent_params(D, H, d, r, seed=D + r)
+    p = latent_params(D, H, d, r, draw=D + r)
     X = np.random.default_rng(T).standard_normal((T, D))
     rows, cache = decode(X, p, H)
     K, V = decompress(X @ p["Wdkv"], p, H)
@@ -33,7 +33,7 @@ def test_the_absorbed_step_gives_the_rows_of_attention_over_rebuilt_keys(D, H, d
 
 
 def test_the_step_leaves_its_input_cache_and_survives_large_scores():
-    p = latent_params(5, 2, 3, 4, seed=1)
+    p = latent_params(5, 2, 3, 4, draw=1)
     p["Wq"] *= 300.0
     c = np.random.default_rng(2).standard_normal((3, 4))
     c.flags.writeable = False
@@ -57,7 +57,7 @@ def test_step_costs_by_hand():
 
 
 def test_rope_breaks_absorption_except_at_position_zero():
-    p = latent_params(16, 2, 8, 6, seed=3)
+    p = latent_params(16, 2, 8, 6, draw=3)
     X = np.random.default_rng(4).standard_normal((6, 16))
     truth = roped_scores(X, p, 2)
     q = rope((X[-1] @ p["Wq"]).reshape(1, 2, 8), [5])[0]
@@ -72,7 +72,7 @@ def test_rope_breaks_absorption_except_at_position_zero():
 
 
 def test_the_decoupled_key_makes_absorption_exact_again():
-    p = decoupled_params(16, 3, 8, 6, 4, seed=5)
+    p = decoupled_params(16, 3, 8, 6, 4, draw=5)
     X = np.random.default_rng(6).standard_normal((7, 16))
     naive = decoupled_scores(X, p, 3, absorbed=False)
     np.testing.assert_allclose(decoupled_scores(X, p, 3, absorbed=True), naive, rtol=1e-12, atol=1e-14)
