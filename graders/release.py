@@ -586,11 +586,14 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     imports: set[str] = set()
     to_read = []
     figures = with_outputs = 0
+    unbuilt: list[str] = []
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
         shown = lab_chapter(nb, built_notebook(root / "_build", path), f"book/chapters/{path.name}")
         figures += shown["figures"]
         with_outputs += bool(shown["outputs"])
+        if not built_notebook(root / "_build", path).is_file():
+            unbuilt.append(path.name)
         if _without_left_out(nb, left_out, f"site/book/chapters/{path.stem}.html"):
             to_read.append(path.name)
         sources = [src for _, src in _code_cells(nb)]
@@ -611,7 +614,9 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     report.append(f"chapters: {len(list(target.glob('*.ipynb')))} notebooks in book/chapters"
                   + (f" (cells of {', '.join(to_read)} to read: they need a module left out)" if to_read else ""))
     report.append(f"chapters as the site shows them: {figures} glued figures written into the text, the build's "
-                  f"outputs in {with_outputs} chapters" if with_outputs else
+                  f"outputs in {with_outputs} chapters"
+                  + (f" (not built, so without them: {', '.join(unbuilt)}; run 'make book')" if unbuilt else "")
+                  if with_outputs else
                   "chapters: no outputs and glued figures left as roles (the site is not built: run 'make book', "
                   "then 'make release' again)")
     return imports
