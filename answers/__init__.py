@@ -349,6 +349,12 @@ def install_all(folder: str | Path | None = None, quiet: bool = True) -> list[st
     done = []
     for path in sorted(Path(folder or exercises_folder()).glob("*.ipynb")):
         try:
+            defined = _defined(_answer_source(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            defined = {}
+        if defined and all(defined.values()):       # not written yet: nothing to install, nothing to say
+            continue
+        try:
             done += install_from(path, quiet=quiet)
         except Exception as err:  # noqa: BLE001 - one broken answer does not stop the others
             print(f"{path.name}: your answer could not be installed ({type(err).__name__}: {err})")
