@@ -86,30 +86,32 @@ def _machine_tail(fn: Callable) -> Callable:
     return tail_builder
 
 
-_PROBE_PARAMS = {"q": (1 << 23, 24), "k": (1 << 23, 24), "v": (1 << 23, 24),
-                 "scores": (1 << 23, 24), "weights": (16646144, 33), "out": (1 << 23, 24)}
-
-
 class Part(NamedTuple):
-    """A function of the machine that an exercise builds: where it lives, which exercise it is,
-    how the exercise's form becomes the machine's, and a call that tells a starter from an answer.
-    (Immutable, and a NamedTuple rather than a dataclass: four times cheaper to create at import.)"""
+    """A function of the machine that an exercise builds: where it lives and how the exercise's
+    form becomes the machine's.  Which exercise builds it is the course's catalogue's (the
+    exercise whose counterpart is ``module:name``).  (Immutable, and a NamedTuple rather than a
+    dataclass: four times cheaper to create at import.)"""
 
     name: str
     module: str
-    exercise: str
-    chapter: int
     adapt: Callable[[Callable], Callable]
-    probe: tuple
 
     def current(self):
         return getattr(sys.modules[self.module], self.name)
 
+    @property
+    def exercise(self):
+        """The catalogue's entry of the exercise that builds this part."""
+        # Imported here: the grader's sandbox holds a copy of ga2 alone, which installs parts
+        # and never asks which exercise builds them.
+        from course import catalogue
+        spec = f"{self.module}:{self.name}"
+        return next(entry for entry in catalogue.EXERCISES if spec in entry.counterparts)
+
 
 PARTS: dict[str, Part] = {
-    "requant": Part("requant", "ga2.quant", "requant", 9, _machine_requantizer, (0, 1 << 23, 24)),
-    "attention_tail": Part("attention_tail", "ga2.attn", "attention_tail", 10, _machine_tail,
-                           (1, _PROBE_PARAMS)),
+    "requant": Part("requant", "ga2.quant", _machine_requantizer),
+    "attention_tail": Part("attention_tail", "ga2.attn", _machine_tail),
 }
 
 _ORIGINAL: dict[str, Callable] = {}      # the machine's own parts (starters in the learner's copy)
@@ -163,25 +165,23 @@ def installed() -> dict[str, Callable | None]:
     return {name: getattr(_part(name).current(), "installed", None) for name in PARTS}
 
 
-def _is_starter(fn: Callable, probe: tuple) -> bool:
-    try:
-        fn(*probe)
-    except NotImplementedError:
-        return True
-    except Exception:  # noqa: BLE001 - written, if perhaps wrong: not a starter
-        return False
-    return False
-
-
 def missing() -> list[str]:
     """The parts that are still starters (raise NotImplementedError): the machine cannot use them."""
-    return [name for name, part in PARTS.items() if _is_starter(_part(name).current(), part.probe)]
+    from course.notebooks import is_starter_object     # as in Part.exercise: not in the sandbox's ga2
+    return [name for name in PARTS if is_starter_object(_part(name).current())]
 
 
-def _answer_cells(notebook: dict) -> list[str]:
-    cells = [c for c in notebook.get("cells", []) if c.get("cell_type") == "code"]
-    tagged = [c for c in cells if "answer" in (c.get("metadata", {}) or {}).get("tags", [])]
-    return ["".join(c["source"]) if isinstance(c["source"], list) else str(c["source"]) for c in tagged or cells]
+def _starters_defined(sources: list[str]) -> set[str]:
+    """The names of the functions the answer cells define as starters."""
+    import ast
+
+    from course.notebooks import is_starter, without_magics      # as in missing
+    found = set()
+    for source in sources:
+        for node in ast.parse(without_magics(source)).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_starter(node):
+                found.add(node.name)
+    return found
 
 
 def install_from(notebook: str | Path, *names: str) -> list[str]:
@@ -194,6 +194,8 @@ def install_from(notebook: str | Path, *names: str) -> list[str]:
     import json
     from pathlib import Path
 
+    from course.notebooks import answer_cells
+
     path = Path(notebook)
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
@@ -201,23 +203,26 @@ def install_from(notebook: str | Path, *names: str) -> list[str]:
         raise FileNotFoundError(f"no notebook {path} (give the path of your exercise notebook, e.g. "
                                 "'requant.ipynb' from the exercises folder)") from None
     exercise = (nb.get("metadata", {}).get("kvcourse", {}) or {}).get("exercise", path.stem)
-    names = names or tuple(n for n, p in PARTS.items() if p.exercise == exercise)
+    names = names or tuple(n for n, p in PARTS.items() if p.exercise.name == exercise)
     if not names:
         raise ValueError(f"{path.name} is the exercise {exercise!r}, which builds no part of GA-2 "
-                         f"(the parts: {', '.join(f'{n} ({p.exercise}.ipynb)' for n, p in PARTS.items())})")
+                         f"(the parts: {', '.join(f'{n} ({p.exercise.name}.ipynb)' for n, p in PARTS.items())})")
     namespace: dict = {"__name__": f"answer_of_{path.stem}"}
-    for source in _answer_cells(nb):
+    sources = answer_cells(nb, every_code_cell_if_untagged=True)
+    for source in sources:
         exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - the learner's own answer
+    starters = _starters_defined(sources)
     done = []
     for name in names:
         part = _part(name)
         fn = namespace.get(name)
         if not callable(fn):
             raise ValueError(f"the answer cell of {path.name} defines no function {name!r}")
-        if _is_starter(fn, part.probe):
-            own = "a starter too: it cannot run" if _is_starter(part.current(), part.probe) else "its own"
+        if name in starters:
+            own = "a starter too: it cannot run" if name in missing() else "its own"
             print(f"{path.name}: {name} still raises NotImplementedError, so it is not installed; "
-                  f"the machine keeps {own}. Finish the exercise {part.exercise} (chapter {part.chapter}) first.")
+                  f"the machine keeps {own}. Finish the exercise {part.exercise.name} (chapter "
+                  f"{part.exercise.chapter}) first.")
             continue
         install(**{name: fn})
         done.append(name)

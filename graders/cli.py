@@ -1,4 +1,5 @@
-"""``python -m graders``: grade one submission, a whole class, run the public checks, make a release.
+"""``python -m graders``: grade one submission, a whole class, run the public checks; and (by
+``coursetools``, the course's build tools) make a release and the Gradescope autograders.
 
     python -m graders grade SUBMISSION --exercise NAME [--json OUT]
     python -m graders batch DIR --exercise NAME --out gradebook.csv [--jobs N] [--scheduler ADDRESS
@@ -361,28 +362,15 @@ def _check(args) -> int:
 
 
 def _release(args) -> int:
-    from .release import ReleaseError, make_release
-    try:
-        report = make_release(Path(args.out), root=Path(args.root) if args.root else None)
-    except ReleaseError as err:
-        return _usage(str(err))
-    for line in report:
-        print(line)
-    return 0
+    # The build tools are not the grader's: imported when asked for, so that a Gradescope
+    # autograder (the grader without them) still starts.
+    from coursetools.cli import release
+    return release(args, prog="python -m graders")
 
 
 def _autograder(args) -> int:
-    from .autograder import AutograderError, build_all
-    names = list(registry.names()) if args.all else args.exercises
-    if not names:
-        return _usage("autograder: name at least one EXERCISE, or --all")
-    try:
-        report = build_all(names, Path(args.out))
-    except AutograderError as err:
-        return _usage(str(err))
-    for line in report:
-        print(line)
-    return 0
+    from coursetools.cli import autograder        # as for _release
+    return autograder(args, prog="python -m graders")
 
 
 def _list(args) -> int:

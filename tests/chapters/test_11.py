@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from chapter_notebooks import execute, glued
-from graders.answer_leaks import graded_functions, leaks_in_notebook
+from coursetools.answer_leaks import graded_functions, leaks_in_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 CH11 = ROOT / "book" / "chapters" / "11_testing_the_tests.ipynb"

@@ -175,7 +175,7 @@ def test_chapter_outputs_carry_no_stderr_and_no_warning(fixture, request):
 def test_chapters_show_no_answer_but_link_the_exercise(fixture, request):
     """No graded function's source in an executed chapter (cells or outputs); each graded function
     the chapter teaches is named beside a link to its exercise."""
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = request.getfixturevalue(fixture)
     leaks = leaks_in_notebook(nb, fixture)
     assert not leaks, describe(leaks)

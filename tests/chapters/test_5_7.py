@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from chapter_notebooks import execute, glued, self_check_pairs
-from graders.answer_leaks import find_leaks
+from coursetools.answer_leaks import find_leaks
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -162,7 +162,7 @@ def test_the_committed_chapter_has_no_outputs_and_no_seed():
 
 
 def test_the_chapter_shows_no_answer_and_links_the_exercise(ch8):
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch8
     leaks = leaks_in_notebook(nb, "ch8")
     assert not leaks, describe(leaks)

@@ -288,7 +288,7 @@ def test_ch10_builds_without_a_verilog_simulator(tmp_path):
 
 @pytest.mark.parametrize("fixture", ["ch9", "ch10"])
 def test_chapters_show_no_answer_but_link_the_exercise(fixture, request):
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = request.getfixturevalue(fixture)
     leaks = leaks_in_notebook(nb, fixture)
     assert not leaks, describe(leaks)
