@@ -86,15 +86,20 @@ def _machine_tail(fn: Callable) -> Callable:
     return tail_builder
 
 
+_PROBE_PARAMS = {"q": (1 << 23, 24), "k": (1 << 23, 24), "v": (1 << 23, 24),
+                 "scores": (1 << 23, 24), "weights": (16646144, 33), "out": (1 << 23, 24)}
+
+
 class Part(NamedTuple):
-    """A function of the machine that an exercise builds: where it lives and how the exercise's
-    form becomes the machine's.  Which exercise builds it is the course's catalogue's (the
-    exercise whose counterpart is ``module:name``).  (Immutable, and a NamedTuple rather than a
-    dataclass: four times cheaper to create at import.)"""
+    """A function of the machine that an exercise builds: where it lives, how the exercise's form
+    becomes the machine's, and a call that tells a starter from an answer.  Which exercise builds
+    it is the course's catalogue's (the exercise whose counterpart is ``module:name``).
+    (Immutable, and a NamedTuple rather than a dataclass: four times cheaper to create at import.)"""
 
     name: str
     module: str
     adapt: Callable[[Callable], Callable]
+    probe: tuple
 
     def current(self):
         return getattr(sys.modules[self.module], self.name)
@@ -110,8 +115,8 @@ class Part(NamedTuple):
 
 
 PARTS: dict[str, Part] = {
-    "requant": Part("requant", "ga2.quant", _machine_requantizer),
-    "attention_tail": Part("attention_tail", "ga2.attn", _machine_tail),
+    "requant": Part("requant", "ga2.quant", _machine_requantizer, (0, 1 << 23, 24)),
+    "attention_tail": Part("attention_tail", "ga2.attn", _machine_tail, (1, _PROBE_PARAMS)),
 }
 
 _ORIGINAL: dict[str, Callable] = {}      # the machine's own parts (starters in the learner's copy)
@@ -165,23 +170,22 @@ def installed() -> dict[str, Callable | None]:
     return {name: getattr(_part(name).current(), "installed", None) for name in PARTS}
 
 
+def _is_starter(fn: Callable, probe: tuple) -> bool:
+    """The part raises NotImplementedError when called.  Asked of the running function, not of
+    its source (``course.notebooks.is_starter``): the grader's sandbox runs ga2 alone, with the
+    grader's parts compiled (no source), and still asks which parts are missing."""
+    try:
+        fn(*probe)
+    except NotImplementedError:
+        return True
+    except Exception:  # noqa: BLE001 - written, if perhaps wrong: not a starter
+        return False
+    return False
+
+
 def missing() -> list[str]:
     """The parts that are still starters (raise NotImplementedError): the machine cannot use them."""
-    from course.notebooks import is_starter_object     # as in Part.exercise: not in the sandbox's ga2
-    return [name for name in PARTS if is_starter_object(_part(name).current())]
-
-
-def _starters_defined(sources: list[str]) -> set[str]:
-    """The names of the functions the answer cells define as starters."""
-    import ast
-
-    from course.notebooks import is_starter, without_magics      # as in missing
-    found = set()
-    for source in sources:
-        for node in ast.parse(without_magics(source)).body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_starter(node):
-                found.add(node.name)
-    return found
+    return [name for name, part in PARTS.items() if _is_starter(_part(name).current(), part.probe)]
 
 
 def install_from(notebook: str | Path, *names: str) -> list[str]:
@@ -194,7 +198,7 @@ def install_from(notebook: str | Path, *names: str) -> list[str]:
     import json
     from pathlib import Path
 
-    from course.notebooks import answer_cells
+    from course.notebooks import answer_cells      # a learner's call: the sandbox's ga2 has no course
 
     path = Path(notebook)
     try:
@@ -208,18 +212,16 @@ def install_from(notebook: str | Path, *names: str) -> list[str]:
         raise ValueError(f"{path.name} is the exercise {exercise!r}, which builds no part of GA-2 "
                          f"(the parts: {', '.join(f'{n} ({p.exercise.name}.ipynb)' for n, p in PARTS.items())})")
     namespace: dict = {"__name__": f"answer_of_{path.stem}"}
-    sources = answer_cells(nb, every_code_cell_if_untagged=True)
-    for source in sources:
+    for source in answer_cells(nb, every_code_cell_if_untagged=True):
         exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - the learner's own answer
-    starters = _starters_defined(sources)
     done = []
     for name in names:
         part = _part(name)
         fn = namespace.get(name)
         if not callable(fn):
             raise ValueError(f"the answer cell of {path.name} defines no function {name!r}")
-        if name in starters:
-            own = "a starter too: it cannot run" if name in missing() else "its own"
+        if _is_starter(fn, part.probe):
+            own = "a starter too: it cannot run" if _is_starter(part.current(), part.probe) else "its own"
             print(f"{path.name}: {name} still raises NotImplementedError, so it is not installed; "
                   f"the machine keeps {own}. Finish the exercise {part.exercise.name} (chapter "
                   f"{part.exercise.chapter}) first.")

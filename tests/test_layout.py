@@ -143,6 +143,17 @@ def test_the_grader_holds_no_build_tool():
     assert not [p for p in package_files("coursebook") if "graders" in imported_roots(p)]
 
 
+def test_the_machine_loads_without_the_catalogue():
+    """The grader's sandbox holds a copy of ``ga2`` alone: no module of it imports ``course`` when
+    it loads (``ga2.parts`` reads the catalogue inside the functions a learner calls)."""
+    for path in package_files("ga2"):
+        top = {node.module.split(".")[0] for node in ast.parse(path.read_text(encoding="utf-8")).body
+               if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+        top |= {alias.name.split(".")[0] for node in ast.parse(path.read_text(encoding="utf-8")).body
+                if isinstance(node, ast.Import) for alias in node.names}
+        assert "course" not in top, path
+
+
 def _type_checking(node: ast.If) -> bool:
     test = node.test
     return getattr(test, "id", getattr(test, "attr", None)) == "TYPE_CHECKING"
