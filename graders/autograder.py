@@ -53,6 +53,11 @@ import time
 import traceback
 from pathlib import Path
 
+from . import grading, registry, results
+from .sandbox import SandboxUnavailable
+from .sandbox.exposure import close_to_others, gradescope_source
+from .sandbox.interpreter import python_roots
+
 __all__ = ["gradescope_result", "find_notebooks", "run", "close_source", "main", "RUN_AUTOGRADER", "SETUP_SH",
            "TEST_KEYS", "RESULT_KEYS", "SKIP_PARTS"]
 
@@ -122,15 +127,13 @@ def _files_seen(folder: Path, limit: int = 20) -> str:
 
 def _zero_result(exercise: str, summary: str, status: str, started: float, extra: dict | None = None) -> dict:
     """Every test of ``exercise`` at 0 with ``summary`` as the reason (the maximum stays right)."""
-    from . import registry
-    from .results import make_result, test_entry
     try:
-        tests = [test_entry(i.name, i.points, False, f"not graded: {summary}", i.visibility)
+        tests = [results.test_entry(i.name, i.points, False, f"not graded: {summary}", i.visibility)
                  for i in registry.items(exercise)]
     except Exception:  # noqa: BLE001 - the zero result is written even when the tests cannot be listed
         tests = []
-    return make_result(exercise=exercise, tests=tests, status=status, isolation="none",
-                       execution_time=time.perf_counter() - started, output=summary, extra=extra)
+    return results.make_result(exercise=exercise, tests=tests, status=status, isolation="none",
+                               execution_time=time.perf_counter() - started, output=summary, extra=extra)
 
 
 def _student_summary(result: dict) -> tuple[str, str]:
@@ -171,11 +174,9 @@ def _grade_one(exercise: str, notebooks: list[Path], folder: Path, started: floa
         names = ", ".join(str(p.relative_to(folder)) for p in notebooks)
         return _zero_result(exercise, f"{len(notebooks)} notebooks were handed in ({names}): hand in only "
                             f"your {exercise} exercise notebook.", "usage_error", started)
-    from .grading import UsageError, grade_file
-    from .sandbox import SandboxUnavailable
     try:
-        return grade_file(notebooks[0], exercise)
-    except (UsageError, SandboxUnavailable) as err:
+        return grading.grade_file(notebooks[0], exercise)
+    except (grading.UsageError, SandboxUnavailable) as err:
         return _zero_result(exercise, f"the notebook could not be graded: {err}", "grader_error", started,
                             extra={"grader_problem": str(err)})
 
@@ -183,7 +184,6 @@ def _grade_one(exercise: str, notebooks: list[Path], folder: Path, started: floa
 def run(root: Path, exercise: str | None = None) -> dict:
     """Grade ``root/submission``'s notebook for the pinned exercise and write
     ``root/results/results.json``; returns what was written."""
-    from .results import write_json
     started = time.perf_counter()
     root = Path(root)
     if exercise is None:
@@ -200,7 +200,7 @@ def run(root: Path, exercise: str | None = None) -> dict:
     if len(notebooks) == 1:
         result["submission"] = str(notebooks[0].relative_to(folder))
     graded = gradescope_result(result)
-    write_json(root / RESULTS / "results.json", graded)
+    results.write_json(root / RESULTS / "results.json", graded)
     _log(result, graded)
     return graded
 
@@ -208,9 +208,8 @@ def run(root: Path, exercise: str | None = None) -> dict:
 def _log(result: dict, graded: dict) -> None:
     """The instructor's log (run_autograder's standard output): the feedback as ``grade`` prints
     it (the isolation that held included), what went wrong in the grader, the score written."""
-    from .results import format_text
     try:
-        print(format_text(result))
+        print(results.format_text(result))
     except Exception as err:  # noqa: BLE001 - the log is a courtesy; results.json is what counts
         print(f"(the feedback could not be printed: {type(err).__name__})")
     for key in ("grader_problem", "grader_traceback"):
@@ -238,8 +237,6 @@ def close_source() -> list[str]:
     grades.  Only a root grader in a built package (``exercise.json`` beside ``graders/``) does
     it: the files are its own there.  The interpreter and the packages the sandbox needs stay
     readable.  Returns what was closed."""
-    from .sandbox.interpreter import python_roots
-    from .sandbox.exposure import close_to_others, gradescope_source
     source = gradescope_source()
     if source is None or os.geteuid() != 0:
         return []
