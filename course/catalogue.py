@@ -50,6 +50,7 @@ EXERCISES: tuple[Entry, ...] = (
     Entry("attention_tail", 10, "The attention tail as GA-2 instructions", ("attention_tail",),
           counterparts=("ga2.attn:attention_tail", "ga2.mutants")),
     Entry("mutants", 11, "Testing the tests of the program builder", ("predict_catches", "check_builder")),
+    Entry("latent_attend_step", 12, "One decode step of latent attention, absorbed", ("latent_attend_step",)),
 )
 
 

@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _usage(message: str) -> int:
-    print(f"python -m graders: error: {message}", file=sys.stderr)
+    print(f"python -m graders: error: {results.one_line(message)}", file=sys.stderr)     # it may name a learner's file
     return USAGE_ERROR
 
 
@@ -194,7 +194,7 @@ def _grade(args) -> int:
     if line:
         line.finish()
     if result.get("exercise_inferred"):
-        print(f"python -m graders: {results.printable(result['exercise_inferred'])}; pass --exercise NAME to fix it",
+        print(f"python -m graders: {results.one_line(result['exercise_inferred'])}; pass --exercise NAME to fix it",
               file=sys.stderr)
     if args.json:
         try:
@@ -334,13 +334,14 @@ def _check(args) -> int:
     name = report["exercise"]
     print(f"{name}: public checks of {args.submission}")
     if report["problem"]:
-        print(f"  {results.printable(report['problem'])}")
+        print(f"  {results.one_line(report['problem'])}")
         print(f"{name}: the public checks could not run.")
         return 1
     outcomes = report["outcomes"]
     for o in outcomes:
         mark = {"passed": "ok  ", "failed": "FAIL", "not implemented": "todo"}[o["status"]]
-        print(results.printable(f"  [{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else "")))
+        line = f"[{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else "")
+        print("  " + results.one_line(line))
     passed = sum(o["status"] == "passed" for o in outcomes)
     print(f"{passed} of {len(outcomes)} public checks passed.")
     if outcomes and passed == len(outcomes):
