@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from . import registry
 from .notebook import MAX_FILE_BYTES, Refused, open_file, read_file
-from .results import clean_text, grader_failed, write_json, write_text, zero_result
+from .results import grader_failed, one_line, write_json, write_text, zero_result
 from .sandbox import Limits, kill_all
 
 __all__ = ["discover", "run_batch", "grade_blob", "results_folder", "write_gradebook"]
@@ -186,7 +186,7 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
 
     batch = _Batch(exercise, out_csv, limits, isolation)
     todo = batch.resume(directory, submissions, results_dir, fingerprint, force)
-    print(clean_text(f"{exercise}: {len(submissions)} files in {directory}; {len(batch.results)} already graded "
+    print(one_line(f"{exercise}: {len(submissions)} files in {directory}; {len(batch.results)} already graded "
                      f"or refused, {len(todo)} to grade with {pool.where}"), file=sys.stderr)
     workers = _WorkerWatch(pool.client, scheduler, wait_for_workers) if pool.client is not None else None
     stopped = batch.grade(todo, pool, workers, progress)
@@ -243,7 +243,7 @@ class _Batch:
             write_json(target, result)
         except OSError as err:
             self.unwritten.append(str(rel))
-            print(f"{clean_text(str(rel))}: its result could not be written to {target.name} ({err.strerror}); "
+            print(f"{one_line(str(rel))}: its result could not be written to {target.name} ({err.strerror}); "
                   "it is in the gradebook", file=sys.stderr)
 
     def resume(self, directory: Path, submissions: list[Path], results_dir: Path, fingerprint: str,
@@ -302,11 +302,11 @@ class _Batch:
         """The batch's summary, also said on stderr."""
         results, exercise = self.results, self.exercise
         statuses = Counter(r.get("status", "?") for r in results.values())
-        print(clean_text(f"{exercise}: {len(results)} results for {len(submissions)} files "
+        print(one_line(f"{exercise}: {len(results)} results for {len(submissions)} files "
                          f"({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}); gradebook {self.out_csv}, "
                          f"one JSON per submission in {results_dir}"), file=sys.stderr)
         if stopped:
-            print(clean_text(f"{exercise}: stopped: {stopped}; what was graded is saved: run the same command "
+            print(one_line(f"{exercise}: stopped: {stopped}; what was graded is saved: run the same command "
                              "again to resume"), file=sys.stderr)
         return {"submissions": len(submissions), "graded": graded, "resumed": len(submissions) - graded,
                 "statuses": dict(statuses), "csv": str(self.out_csv), "results": str(results_dir),
@@ -399,7 +399,7 @@ class _WorkerWatch:
 def _cell(text: str) -> str:
     """A CSV cell a spreadsheet shows as text: one starting like a formula (``=HYPERLINK(...)``, a
     learner's file name or words from their code) gets a leading apostrophe."""
-    text = str(text)
+    text = one_line(text)                # one line: no newline, carriage return or override of its own
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
