@@ -346,7 +346,7 @@ def _grade_one(exercise: str, notebooks: list[Path], folder: Path, started: floa
     try:
         return grade_file(notebooks[0], exercise, partial=partial)
     except (UsageError, SandboxUnavailable) as err:
-        return _zero_result(exercise, f"the notebook could not be graded: {err}", "grader_error", started,
+        return _zero_result(exercise, f"the notebook could not be graded: {one_line(err)}", "grader_error", started,
                             extra={"grader_problem": str(err)})
 
 
@@ -406,7 +406,7 @@ def run(root: Path, exercise: str | None = None) -> dict:
     except Exception as err:  # noqa: BLE001 - a result is written whatever happens
         result = _zero_result(exercise, "the grader failed", "grader_error", started,
                               extra={"grader_traceback": traceback.format_exc()[-4000:]})
-        result["output"] = f"The grader itself failed ({type(err).__name__}: {err})."
+        result["output"] = f"The grader itself failed ({type(err).__name__}: {one_line(err)})."
     if label:
         result["submission"] = label
     graded = gradescope_result(result)

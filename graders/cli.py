@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _usage(message: str) -> int:
-    print(f"python -m graders: error: {message}", file=sys.stderr)
+    from .results import one_line           # it may name a file a learner named
+    print(f"python -m graders: error: {one_line(message)}", file=sys.stderr)
     return USAGE_ERROR
 
 

@@ -140,7 +140,7 @@ def grader_failed(exercise: str | None, why: str, *, submission: str = "", sha25
     what ``grade``, ``batch`` and the command line all give."""
     extra = {"grader_traceback": clean_text(traceback[-4000:])} if traceback else None
     return zero_result(exercise, "grader_error",
-                       f"The grader itself failed ({clean_text(why, 2_000)}); this is not your fault. "
+                       f"The grader itself failed ({_cap(one_line(why), 2_000)}); this is not your fault. "
                        "Please tell the course staff.", "not graded: the grader failed",
                        submission=submission, sha256=sha256, execution_time=execution_time, extra=extra)
 
