@@ -34,6 +34,7 @@ NOT_YET_SPLIT: dict[str, str] = {
     "graders/sandbox/cgroups.py:_find_cgroup_base": "the sandbox's rework",
     "graders/sandbox/commands.py:bwrap_prefix": "the sandbox's rework",
     "graders/sandbox/warm.py:Warm.run": "the sandbox's rework",
+    "graders/sandbox/describe.py:describe": "the sandbox's rework",
 }
 
 
