@@ -9,15 +9,16 @@ Python runtime that ``tools/site_runtime.py`` makes:
   learner's copy ships them (``make release``): ``public_checks`` as it is, an engine with every
   function that implements an answer made a starter and every module that does left out
   (``ga2.quant.requant``, ``ga2.rtl``...).  Never ``graders``, never ``solutions``.
-* ``_static/exercise/NAME.json``, one per exercise: its name and chapter, the functions it grades,
-  the starter (its answer cells), its public-checks cell, the earlier exercises whose answers its
-  notebook puts into GA-2 (``ga2.install_from("requant.ipynb")``) and the exercise notebook
-  itself, outputs cleared, for "Download notebook".
+* ``_static/exercise/NAME.ipynb``, one per exercise: the exercise notebook, outputs cleared (the
+  editor's starter is its answer cells; "Download notebook" saves it with the reader's code in
+  them), with the rest in its metadata: the functions it grades, which cell is its public checks,
+  and the earlier exercises whose answers its notebook puts into GA-2
+  (``ga2.install_from("requant.ipynb")``).
 
 Both are derived from the exercise notebooks and the list of exercises alone: a new exercise
 gets its page's editor with nothing added here.  ``tools/sphinx_exercises.py`` writes them
 into the built site; ``graders.answer_leaks.find_leaks`` reads both (the zip's members, the
-JSON's notebook and starter), and the site's test runs it on them.
+notebooks), and the site's test runs it on them.
 """
 from __future__ import annotations
 
@@ -116,23 +117,29 @@ def clear_outputs(nb: dict) -> dict:
 
 
 def exercise_data(name: str, root: Path = ROOT) -> dict:
-    """What exercise ``name``'s page needs (its ``NAME.json``)."""
+    """What exercise ``name``'s page reads (its ``NAME.ipynb``): the exercise notebook, outputs
+    cleared, whose metadata ``kvcourse.page`` says the rest: the functions it grades, the index of
+    its public-checks cell and the earlier exercises whose answers it puts into GA-2.  The page's
+    starter is the notebook's answer cells; "Download notebook" saves this notebook with the
+    reader's code in them."""
     path = root / "exercises" / f"{name}.ipynb"
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    answers = answer_cells(nb)
-    if not answers:
+    nb = clear_outputs(json.loads(path.read_text(encoding="utf-8")))
+    if not answer_cells(nb):
         raise SiteExerciseError(f"exercises/{name}.ipynb has no code cell tagged 'answer'")
     entry = exercise_entry(name)
-    known = set(exercise_names())
-    return {
-        "name": name,
-        "chapter": entry.chapter,
-        "functions": list(entry.functions),
-        "starter": "\n\n\n".join(_source(c).rstrip("\n") for c in answers) + "\n",
-        "checks": checks_cell(nb, name),
-        "installs": [n for n in installs(nb, known) if n != name],
-        "notebook": clear_outputs(nb),
-    }
+    checks = checks_cell(nb, name)
+    index = max(i for i, c in enumerate(nb["cells"]) if c.get("cell_type") == "code" and _source(c) == checks)
+    kvcourse = nb.setdefault("metadata", {}).setdefault("kvcourse", {})
+    kvcourse.setdefault("exercise", name)
+    kvcourse.setdefault("chapter", entry.chapter)
+    kvcourse["page"] = {"functions": list(entry.functions), "checks_cell": index,
+                        "installs": [n for n in installs(nb, set(exercise_names())) if n != name]}
+    return nb
+
+
+def starter(nb: dict) -> str:
+    """The editor's first text: the answer cells, one after the other (what exercise-page.js shows)."""
+    return "\n\n\n".join(_source(c).rstrip("\n") for c in answer_cells(nb)) + "\n"
 
 
 # ---------------------------------------------------------------- the packages
@@ -195,13 +202,13 @@ def course_zip(root: Path = ROOT) -> bytes:
 
 
 def write(out: Path, root: Path = ROOT) -> list[Path]:
-    """Write ``course.zip`` and every ``NAME.json`` into ``out``; the files written."""
+    """Write ``course.zip`` and every ``NAME.ipynb`` into ``out``; the files written."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "course.zip"]
     written[0].write_bytes(course_zip(root))
     for name in exercise_names():
-        target = out / f"{name}.json"
-        target.write_text(json.dumps(exercise_data(name, root), ensure_ascii=False, indent=None) + "\n",
+        target = out / f"{name}.ipynb"
+        target.write_text(json.dumps(exercise_data(name, root), ensure_ascii=False, indent=1) + "\n",
                           encoding="utf-8")
         written.append(target)
     return written

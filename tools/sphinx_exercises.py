@@ -4,7 +4,7 @@ every exercise page gets its editor and Run button.
 On each exercise's page (``exercises/NAME``, for every exercise the course grades) it adds the
 page's module, ``_static/exercise/exercise-page.js`` (with ``data-exercise="NAME"``), and its
 stylesheet; no other page loads them.  When the build finishes it writes what those pages read
-into ``_static/exercise/``: ``course.zip`` and ``NAME.json`` (``tools/site_exercises.py``).  The
+into ``_static/exercise/``: ``course.zip`` and ``NAME.ipynb`` (``tools/site_exercises.py``).  The
 Python runtime itself is vendored by ``make vendor`` (``tools/site_runtime.py``).
 """
 from __future__ import annotations

@@ -2,8 +2,9 @@
 // exercise's public checks in the browser, with no kernel and no network.
 //
 // The page (built by tools/sphinx_exercises.py) loads this module with data-exercise="NAME"; it
-// reads _static/exercise/NAME.json (tools/site_exercises.py: the starter, the public-checks cell,
-// the earlier exercises whose answers GA-2 runs, the notebook) and puts the editor in place of
+// reads _static/exercise/NAME.ipynb (tools/site_exercises.py: the exercise notebook, whose answer
+// cells are the starter and whose metadata names its public-checks cell and the earlier exercises
+// whose answers GA-2 runs) and puts the editor in place of
 // the notebook's answer cell.  Python itself is python-runtime.js, loaded on the first Run.
 //
 // window.courseExercise, for automation and tests (the buttons call the same functions):
@@ -41,19 +42,35 @@ function save(name, text) {
   try { localStorage.setItem(STORE(name), text); } catch { /* private mode: the editor still works */ }
 }
 
-async function readJSON(name) {
-  const response = await fetch(new URL(`exercise/${name}.json`, STATIC));
-  if (!response.ok) throw new Error(`exercise/${name}.json: ${response.status}`);
-  return response.json();
+function source(cell) { return Array.isArray(cell.source) ? cell.source.join("") : String(cell.source || ""); }
+
+function isAnswer(cell) {
+  return cell.cell_type === "code" && ((cell.metadata && cell.metadata.tags) || []).includes("answer");
+}
+
+// An exercise as its page knows it, from its notebook (tools/site_exercises.py): the starter is
+// the answer cells, the rest is in the metadata.
+async function readExercise(name) {
+  const response = await fetch(new URL(`exercise/${name}.ipynb`, STATIC));
+  if (!response.ok) throw new Error(`exercise/${name}.ipynb: ${response.status}`);
+  const notebook = await response.json();
+  const about = notebook.metadata.kvcourse;
+  return {
+    name, chapter: about.chapter, notebook,
+    functions: about.page.functions,
+    installs: about.page.installs,
+    checks: source(notebook.cells[about.page.checks_cell]),
+    starter: notebook.cells.filter(isAnswer).map((c) => source(c).replace(/\n+$/, "")).join("\n\n\n") + "\n",
+  };
 }
 
 // The notebook with `code` in its answer cell (and the other answer cells pointing there).
 function notebookWith(data, code) {
   const nb = JSON.parse(JSON.stringify(data.notebook));
+  delete nb.metadata.kvcourse.page;
   let first = true;
   for (const cell of nb.cells) {
-    const tags = (cell.metadata && cell.metadata.tags) || [];
-    if (cell.cell_type !== "code" || !tags.includes("answer")) continue;
+    if (!isAnswer(cell)) continue;
     cell.source = first ? code : OTHER_PARTS;
     first = false;
   }
@@ -247,8 +264,8 @@ async function main() {
   const script = document.querySelector("script[data-exercise]");
   if (!script) return;
   const name = script.dataset.exercise;
-  const data = await readJSON(name);
-  const earlier = await Promise.all(data.installs.map(readJSON));
+  const data = await readExercise(name);
+  const earlier = await Promise.all(data.installs.map(readExercise));
   const page = new ExercisePage(data, earlier);
   window.courseExercise = {
     setCode: (text) => page.setCode(text),
