@@ -204,9 +204,10 @@ class ExercisePage {
     return this.python;
   }
 
+  // One sentence: what cannot run, why, and where the same checks run.
   unavailable(reason) {
-    return `${reason}. This browser cannot run the checks on the page: download the notebook ` +
-      `and run it in JupyterLab (make lab).`;
+    return `This browser cannot run Python on the page (${reason}): download the notebook and run ` +
+      `its public checks in JupyterLab (make lab).\n`;
   }
 
   run() {

@@ -3,7 +3,7 @@
 // (Pyodide, the day numpy publishes wheels for it) can take this file's place.
 //
 //   import { PythonRuntime, unsupported } from ".../runtime/python-runtime.js";
-//   unsupported()                 -> null, or a sentence: why this browser cannot run it
+//   unsupported()                 -> null, or why this browser cannot run it ("it lacks Web Workers")
 //   const python = new PythonRuntime(staticUrl, { onProgress(loaded, total) {} });
 //   await python.run(code, { files: { "name.ipynb": text }, onOutput(text) {} })
 //                                 -> { output, status }   status: "finished", "stopped", "crashed"
@@ -25,7 +25,7 @@ export function unsupported() {
   if (typeof Worker !== "function") missing.push("Web Workers");
   if (typeof DecompressionStream !== "function") missing.push("DecompressionStream");
   if (!missing.length) return null;
-  return `This browser cannot run Python on the page (it lacks ${missing.join(", ")})`;
+  return `it lacks ${missing.join(", ")}`;
 }
 
 export class PythonRuntime {
