@@ -407,8 +407,8 @@ class Model:
 
     # ------------------------------------------------------------------ one layer, either attention
 
-    def _layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
-               plan: StepPlan | None = None):
+    def layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
+              plan: StepPlan | None = None):
         """x (N, D) -> (N, D), updated in place (x is the residual stream, the model's own array).
         Without a cache the N tokens are one sequence and attend causally to each other; with one,
         the step's keys and values are written into the layer's cache and its queries attend to
@@ -476,7 +476,7 @@ class Model:
         cos, sin = self._rope(np.arange(T))
         x = self._embed_rows(ids)                                       # (T, D)
         for w in self.layers:
-            x = self._layer(x, w, cos, sin)
+            x = self.layer(x, w, cos, sin)
         return x
 
     def logits(self, token_ids) -> np.ndarray:
@@ -538,7 +538,7 @@ class Model:
         cos, sin = self._rope(plan.positions)
         x = self._embed_rows(ids)                                       # (N, D)
         for w, layer_cache in zip(self.layers, cache):
-            x = self._layer(x, w, cos, sin, layer_cache, plan)
+            x = self.layer(x, w, cos, sin, layer_cache, plan)
         return x
 
     def prefill(self, prompts, cache: KVCache, padded: bool = False) -> np.ndarray:

@@ -593,6 +593,53 @@ def reorder_cache_data() -> dict:
     }
 
 
+def ref_latent_rows(X, p, n_heads, *, scale=None) -> list[list[float]]:
+    """Decoding X token by token with a cache of latents c = x Wdkv: row t is full causal
+    attention of every head h over the keys c_j Wuk[:, h] and values c_j Wuv[:, h] of tokens
+    0 .. t, heads side by side (``scale`` replaces sqrt(d), for the common mistakes)."""
+    Hd = len(p["Wq"][0])
+    d = Hd // n_heads
+    C = _project(X, p["Wdkv"])
+    Q, K, V = _project(X, p["Wq"]), _project(C, p["Wuk"]), _project(C, p["Wuv"])
+    rows = []
+    for t in range(len(X)):
+        row = []
+        for h in range(n_heads):
+            cols = range(h * d, (h + 1) * d)
+            s = [_dot([Q[t][c] for c in cols], [K[j][c] for c in cols]) / (math.sqrt(d) if scale is None else scale)
+                 for j in range(t + 1)]
+            w = ref_softmax_row(s)
+            row += [math.fsum(w[j] * V[j][c] for j in range(t + 1)) for c in cols]
+        rows.append(row)
+    return rows
+
+
+def _latent_weights(rng, D, H, d, r) -> dict:
+    return {"Wq": _normal(rng, (D, H * d)), "Wdkv": _normal(rng, (D, r)),
+            "Wuk": _normal(rng, (r, H * d)), "Wuv": _normal(rng, (r, H * d))}
+
+
+def _latent_case(X, p, n_heads) -> dict:
+    r = len(p["Wdkv"][0])
+    return {"X": X, "p": p, "n_heads": n_heads, "expected": ref_latent_rows(X, p, n_heads),
+            "latents": _project(X, p["Wdkv"]),
+            "mistakes": {"no_scale": ref_latent_rows(X, p, n_heads, scale=1.0),
+                         "latent_scale": ref_latent_rows(X, p, n_heads, scale=math.sqrt(r))}}
+
+
+def latent_attend_step_data() -> dict:
+    example = _latent_case([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]],
+                           {"Wq": [[1.0, 0.0], [0.0, 1.0]], "Wdkv": [[1.0], [1.0]],
+                            "Wuk": [[1.0, -1.0]], "Wuv": [[1.0, 2.0]]}, 2)
+    rng = np.random.default_rng(12)
+    shapes = {"x": _normal(rng, 5), "p": _latent_weights(rng, 5, 3, 2, 4), "n_heads": 3}
+    rng = np.random.default_rng(13)
+    random = _latent_case(_normal(rng, (6, 5)), _latent_weights(rng, 5, 3, 2, 4), 3)
+    rng = np.random.default_rng(14)
+    one_head = _latent_case(_normal(rng, (4, 3)), _latent_weights(rng, 3, 1, 3, 2), 1)
+    return {"first_step_shapes": shapes, "worked_example": example, "random": random, "one_head": one_head}
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
@@ -601,6 +648,7 @@ BUILDERS = {
     "BlockAllocator": block_allocator_data, "reorder_cache": reorder_cache_data,
     "blocked_decode": blocked_decode_data, "requant": requant_data,
     "attention_tail": attention_tail_data, "mutants": mutants_data,
+    "latent_attend_step": latent_attend_step_data,
 }
 
 

@@ -20,9 +20,8 @@ from collections import deque
 
 import pytest
 
-from chapter_notebooks import (ROOT, assert_glue_references_resolve, chapter_path, errors, executed,
-                               glue_references)
-from coursebook import times_word
+from chapter_notebooks import (ROOT, assert_glue_references_resolve, assert_says_how_much_faster, chapter_path,
+                               errors, executed, glue_references, number)
 
 CH6 = chapter_path("06_paged_cache")
 
@@ -60,9 +59,13 @@ def test_the_walk_through_and_the_self_check_give_the_numbers_worked_out_by_hand
     assert {k: values[k] for k in BY_HAND} == BY_HAND
 
 
-def test_the_published_figures_are_stated_as_published(chapter):
+def test_the_published_figures_are_stated_as_published_and_the_chapters_workload_follows_them(chapter):
     _, values = chapter
     assert {k: values[k] for k in PUBLISHED} == PUBLISHED
+    # the workload is drawn with ShareGPT's mean lengths: 128 lognormal draws, whose means land
+    # within 15% of the paper's 161 prompt and 338 output tokens
+    assert abs(number(values["ch6_prompt_mean"]) / 161 - 1) < 0.15
+    assert abs(number(values["ch6_output_mean"]) / 338 - 1) < 0.15
 
 
 def reserved_run(prompts, outputs, held, memory=16384, batch=32):
@@ -109,8 +112,9 @@ def test_the_measured_figures_are_positive_and_their_words_follow_them(chapter):
     _, values = chapter
     one, many = float(values["ch6_step_1_ms"]), float(values["ch6_step_32_ms"])
     assert one > 0 and many > 0 and float(values["ch6_step_growth"]) > 0
-    ratio = float(values["ch6_speed_ratio"])
-    assert ratio > 0 and values["ch6_speed_word"] == times_word(ratio)
+    ratio = float(values["ch6_speed_ratio"])          # paged over preallocated tokens per second
+    assert ratio > 0
+    assert_says_how_much_faster(values["ch6_speed_word"], ratio)
     assert "Xeon" in values["ch6_machine"] or "logical CPU" in values["ch6_machine"]
 
 
