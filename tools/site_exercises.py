@@ -17,7 +17,7 @@ Python runtime that ``tools/site_runtime.py`` makes:
 
 Both are derived from the exercise notebooks and the list of exercises alone: a new exercise
 gets its page's editor with nothing added here.  ``tools/sphinx_exercises.py`` writes them
-into the built site; ``graders.answer_leaks.find_leaks`` reads both (the zip's members, the
+into the built site; ``coursetools.answer_leaks.find_leaks`` reads both (the zip's members, the
 notebooks), and the site's test runs it on them.
 """
 from __future__ import annotations
@@ -48,14 +48,15 @@ class SiteExerciseError(RuntimeError):
 
 
 def exercise_names() -> list[str]:
-    """Every exercise the course grades, in the catalogue's order."""
-    from graders import registry
-    return list(registry.names())
+    """Every exercise of the course's catalogue (``course.catalogue``), by name."""
+    from course import catalogue
+    return list(catalogue.names())
 
 
 def exercise_entry(name: str):
-    from graders import registry
-    return registry.get(name)
+    """The catalogue's entry of exercise ``name``: its chapter and the functions it grades."""
+    from course import catalogue
+    return catalogue.get(name)
 
 
 def _cells(nb: dict) -> list[dict]:
@@ -175,7 +176,7 @@ def shipped_packages(root: Path = ROOT) -> list[str]:
 
 def learner_copy(root: Path, dest: Path) -> list[str]:
     """The shipped packages under ``dest`` as ``make release`` ships them; the release's report."""
-    from graders import release
+    from coursetools import release
     report = []
     for name in shipped_packages(root):
         release._copy_tree(root / name, dest / name)

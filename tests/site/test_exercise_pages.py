@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from graders import registry
-from graders.answer_leaks import describe, find_leaks
+from course import catalogue as registry
+from coursetools.answer_leaks import describe, find_leaks
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))

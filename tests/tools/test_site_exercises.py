@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from graders import registry
-from graders.answer_leaks import find_leaks
+from course import catalogue as registry
+from coursetools.answer_leaks import find_leaks
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -72,7 +72,7 @@ def test_each_page_reads_its_notebook_with_what_the_page_needs_in_its_metadata(n
 
 
 def find_leaks_in_notebook(nb, name):
-    from graders.answer_leaks import leaks_in_notebook
+    from coursetools.answer_leaks import leaks_in_notebook
     return leaks_in_notebook(nb, f"{name}.ipynb")
 
 
