@@ -34,7 +34,7 @@ def course_zip(tmp_path_factory) -> Path:
 def test_the_zip_holds_the_checks_and_ga2_as_the_learner_s_copy_has_them(course_zip):
     names = zipfile.ZipFile(course_zip).namelist()
     tops = {n.split("/")[0] for n in names}
-    assert tops == {"public_checks", "ga2"}
+    assert tops == {"public_checks", "ga2", "course"}          # course: the catalogue ga2 reads
     assert "public_checks/browser.py" in names and "public_checks/data/softmax.json" in names
     assert not any(n.startswith(("ga2/rtl/", "ga2/mutants")) for n in names)    # module counterparts: left out
     quant = zipfile.ZipFile(course_zip).read("ga2/quant.py").decode()
