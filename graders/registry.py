@@ -27,7 +27,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import pkgutil
+import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -207,7 +210,7 @@ def get(name: str) -> Exercise:
     return exercise
 
 
-_lock = __import__("threading").Lock()
+_lock = threading.Lock()
 _tests_cache: dict[str, list[Test]] = {}
 
 
@@ -245,7 +248,6 @@ def grader_files(name: str, package: Path | None = None) -> list[Path]:
 
 def package_dir(name: str) -> Path:
     """The folder of the course package ``name`` (found, not imported)."""
-    import importlib.util
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise UnknownExercise(f"no course package named {name!r}")
@@ -268,9 +270,7 @@ def fingerprint(name: str) -> str:
     (``grader_files``), the course packages its tests run with (``lib_files``), and the versions
     of Python and numpy that run the submission and compute the expected values.  A batch
     regrades a submission when this changes."""
-    import sys
-
-    import numpy
+    import numpy        # here, not at the top: ``python -m graders list`` starts without numpy
     digest = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]} numpy {numpy.__version__}\0".encode())
     for path in grader_files(name):
         digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
