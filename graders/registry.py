@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy
+
 __all__ = ["Ref", "Step", "Module", "Lib", "Call", "Test", "case", "Item", "Exercise", "names", "get", "tests",
            "items",
            "fingerprint", "grader_files", "lib_files", "package_dir", "UnknownExercise"]
@@ -270,7 +272,6 @@ def fingerprint(name: str) -> str:
     (``grader_files``), the course packages its tests run with (``lib_files``), and the versions
     of Python and numpy that run the submission and compute the expected values.  A batch
     regrades a submission when this changes."""
-    import numpy        # here, not at the top: ``python -m graders list`` starts without numpy
     digest = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]} numpy {numpy.__version__}\0".encode())
     for path in grader_files(name):
         digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
