@@ -8,6 +8,8 @@ import inspect
 import numbers
 import textwrap
 
+from course import catalogue
+
 
 def vec(x, digits: int = 4, brackets: str = "()") -> str:
     """A vector as text, each number rounded for display: vec([0.75172, 1.5035]) is
@@ -164,22 +166,14 @@ class GradedSourceError(ValueError):
 
 def graded_names() -> frozenset[str]:
     """The functions the exercises grade and the engine's implementations of them."""
-    try:
-        from graders.answer_leaks import protected_names
-    except ModuleNotFoundError:         # a learner's copy: no grader, and every graded body a starter
-        return frozenset()
-    return protected_names()
+    return catalogue.protected_names()
 
 
 def _counterpart_of(fn):
-    """The exercise whose answer ``fn`` implements (a counterpart in the registry), or None."""
-    try:
-        from graders.answer_leaks import counterparts
-    except ModuleNotFoundError:         # a learner's copy: the counterparts are starters there
-        return None
+    """The exercise whose answer ``fn`` implements (a counterpart in the catalogue), or None."""
     module = getattr(fn, "__module__", "") or ""
     qualname = getattr(fn, "__qualname__", "") or ""
-    for part in counterparts():
+    for part in catalogue.counterparts():
         if (part.qualname and part.module == module and part.qualname == qualname) or part.covers_module(module):
             return part
     return None

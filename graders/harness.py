@@ -45,6 +45,11 @@ import signal
 import sys
 import time
 
+# The harness starts in every sandboxed run, with ``-S`` and no site folders until ``main`` has read
+# ``--site``: what one path needs is imported on that path (numpy once its folder is on sys.path
+# and there are arrays, ``resource`` for the limits, ``public_checks`` for ``check`` only, and
+# ``traceback``, ``marshal``, ``builtins`` when a value needs them), so a run pays for no other.
+
 # ----------------------------------------------------------------------------------------- codec
 
 MAX_DEPTH = 16

@@ -39,6 +39,10 @@ import signal
 import sys
 import time
 
+# The supervisor starts in every sandboxed run: what one mode needs is imported in that mode
+# (``ctypes`` to mount the fallback's view, ``importlib.util`` to load the harness, ``select``,
+# ``socket`` and ``importlib`` for a warm sandbox's server), so a run pays for no other.
+
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24

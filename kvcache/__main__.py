@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from .cache import CACHE_KINDS
+from .layouts import CACHE_KINDS
 from .cache_dtypes import CACHE_DTYPES
 from .checkpoint import CheckpointError
 from .config import UnsupportedConfig

@@ -129,7 +129,7 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     A sequence that emits an EOS id (``eos_token_id``: an id or a list of ids) stops there, the
     EOS included, and leaves the batch; the others go on, up to ``max_new_tokens`` new tokens.
 
-    ``cache`` names the layout (``kvcache.cache.CACHE_KINDS``); ``cache_dtype`` its storage
+    ``cache`` names the layout (``kvcache.layouts.CACHE_KINDS``); ``cache_dtype`` its storage
     (float64, float32, float16, int8; default the model's); ``max_len`` its room per sequence
     (default: the longest prompt plus max_new_tokens); ``prefill`` "ragged" or "padded" (see
     ``Model.prefill``); other keywords go to the layout.  With ``trace`` a list, each step appends

@@ -454,5 +454,4 @@ def make_tests() -> list[Test]:
     ]
 
 
-EXERCISE = Exercise(name=FN, chapter=6, functions=(FN,), make_tests=make_tests,
-                    title="A block allocator with reference counts")
+EXERCISE = Exercise(name=FN, make_tests=make_tests)

@@ -50,5 +50,4 @@ def make_tests():
     ]
 
 
-EXERCISE = Exercise(name="arithmetic_intensity", chapter=4, functions=(FN,), make_tests=make_tests,
-                    title="Arithmetic intensity of standard attention")
+EXERCISE = Exercise(name="arithmetic_intensity", make_tests=make_tests)

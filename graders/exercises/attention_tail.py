@@ -428,9 +428,7 @@ def make_tests() -> list[Test]:
     ]
 
 
-EXERCISE = Exercise(name="attention_tail", chapter=10, functions=(FN,), make_tests=make_tests,
-                    title="The attention tail as GA-2 instructions",
-                    counterparts=("ga2.attn:attention_tail", "ga2.mutants"),
+EXERCISE = Exercise(name="attention_tail", make_tests=make_tests,
                     # the public checks run the learner's tail on the simulator, so the sandbox's
                     # ga2 has the machine; never the course's tail (attn) or what is built on it
                     libs=(Lib("ga2", hide=("attn", "mutants", "study", "report", "rtl", "__main__")),))

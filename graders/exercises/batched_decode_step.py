@@ -253,5 +253,4 @@ def make_tests() -> list[Test]:
     ]
 
 
-EXERCISE = Exercise(name="batched_decode_step", chapter=5, functions=(FN,), make_tests=make_tests,
-                    title="One decode step for a batch of sequences of different lengths")
+EXERCISE = Exercise(name="batched_decode_step", make_tests=make_tests)

@@ -328,5 +328,4 @@ def make_tests() -> list[Test]:
     ]
 
 
-EXERCISE = Exercise(name="blocked_decode", chapter=8, functions=(FN,), make_tests=make_tests,
-                    title="Blockwise decode over a fixed buffer with a runtime length")
+EXERCISE = Exercise(name="blocked_decode", make_tests=make_tests)

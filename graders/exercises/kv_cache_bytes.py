@@ -57,5 +57,4 @@ def make_tests():
     ]
 
 
-EXERCISE = Exercise(name="kv_cache_bytes", chapter=3, functions=(FN,), make_tests=make_tests,
-                    title="The size of the KV cache in bytes")
+EXERCISE = Exercise(name="kv_cache_bytes", make_tests=make_tests)

@@ -65,5 +65,4 @@ def make_tests():
     ]
 
 
-EXERCISE = Exercise(name="max_batch", chapter=3, functions=(FN,), make_tests=make_tests,
-                    title="How many sequences fit beside the weights")
+EXERCISE = Exercise(name="max_batch", make_tests=make_tests)

@@ -559,8 +559,7 @@ def make_tests() -> list[Test]:
             + [builder_test(f"mutant {k}", change, source, 3) for k, change in enumerate(chaffs(), start=1)])
 
 
-EXERCISE = Exercise(name="mutants", chapter=11, functions=(PREDICT, CHECK), make_tests=make_tests,
-                    title="Testing the tests of the program builder",
+EXERCISE = Exercise(name="mutants", make_tests=make_tests,
                     libs=(Lib("ga2", hide=HIDDEN, parts=("requant",)),), quiet=True, test_seconds=10.0, submission_seconds=300.0,
                     proceed=_proceed, items=_items, report=_report)
 

@@ -44,5 +44,4 @@ def make_tests():
     ]
 
 
-EXERCISE = Exercise(name="prefill_time", chapter=4, functions=(FN,), make_tests=make_tests,
-                    title="Prefill time of a compute-bound prompt")
+EXERCISE = Exercise(name="prefill_time", make_tests=make_tests)

@@ -44,5 +44,4 @@ def make_tests():
     ]
 
 
-EXERCISE = Exercise(name="time_per_token", chapter=4, functions=(FN,), make_tests=make_tests,
-                    title="Time per token of memory-bound decoding")
+EXERCISE = Exercise(name="time_per_token", make_tests=make_tests)
