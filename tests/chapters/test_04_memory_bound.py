@@ -15,7 +15,7 @@ import pytest
 
 from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, chapter_path, errors,
                                execute, executed, figures, glued, markdown, numbers, self_check_pairs)
-from graders.answer_leaks import leaks_in_notebook
+from coursetools.answer_leaks import leaks_in_notebook
 from public_checks import evaluate, run_checks
 
 CH4 = chapter_path("04_memory_bound")
@@ -149,7 +149,7 @@ def test_chapter_outputs_carry_no_stderr_and_no_warning(ch4):
 def test_the_chapter_shows_no_answer_but_links_its_exercise(ch4):
     """No graded function's source in an executed chapter (cells or outputs); each graded function
     the chapter teaches is named beside a link to its exercise."""
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch4
     leaks = leaks_in_notebook(nb, "ch4")
     assert not leaks, describe(leaks)

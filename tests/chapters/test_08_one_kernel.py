@@ -18,7 +18,7 @@ import pytest
 
 from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, assert_says_how_much_faster,
                                chapter_path, errors, execute, executed, figures, glued, markdown)
-from graders.answer_leaks import leaks_in_notebook
+from coursetools.answer_leaks import leaks_in_notebook
 from public_checks import evaluate, run_checks
 
 CH8 = chapter_path("08_one_kernel")
@@ -147,7 +147,7 @@ def test_the_committed_chapter_has_no_outputs_and_no_seed():
 
 
 def test_the_chapter_shows_no_answer_and_links_the_exercise(ch8):
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch8
     leaks = leaks_in_notebook(nb, "ch8")
     assert not leaks, describe(leaks)
