@@ -31,11 +31,11 @@ K hypotheses are finished; False stops on transformers' heuristic, when the best
 scored at its current length, cannot beat the worst finished one (with length_penalty > 0 a beam
 may still overtake it later); "never" makes the same test with the most favourable length (the
 longest, when length_penalty > 0), the canonical beam search.  A prompt that stops leaves the
-cache in that step's reorder (transformers keeps its rows, fed padding, to the end; the hypotheses are the same).  The
-result is each prompt's best finished hypothesis's new tokens (``num_return_sequences`` best
-with that option; ``beam_hypotheses`` gives them with their scores).  The constants (the
-max(2, 1 + n_eos) K candidates, the -1e9 that excludes a beam) are those of transformers' own
-implementation, so the two choose the same tokens.
+cache in that step's reorder (transformers keeps its rows, fed padding, to the end; the
+hypotheses are the same).  The result is each prompt's best finished hypothesis's new tokens
+(``num_return_sequences`` best with that option; ``beam_hypotheses`` gives them with their
+scores).  The constants (the max(2, 1 + n_eos) K candidates, the -1e9 that excludes a beam) are
+those of transformers' own implementation, so the two choose the same tokens.
 
 With ``cache="paged"`` (``kvcache.paged``: blocks of ``block_size`` positions from a pool of
 ``num_blocks``) the same searches run over block tables.  Greedy decoding runs through the
