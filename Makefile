@@ -77,15 +77,18 @@ lab: venv
 	$(VENV)/bin/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=$(CURDIR) \
 	  --LabApp.default_url=/lab/tree/exercises $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-# The site test needs the built book, so the book is built first; then one pytest run
-# covers the Python tests, every notebook (executed by nbval) and the site in Chromium.
+# The book is built first: its build executes every chapter once (and fails on any cell error),
+# the chapter tests (tests/chapters) read the notebooks it executed, and the site test reads the
+# pages.  Then one pytest run covers the Python tests, the exercise and solution notebooks
+# (executed by nbval) and the site in Chromium.
 test: venv test-deps system-deps book
 	$(PY) -m pytest -n $(JOBS) --dist loadfile --nbval-lax --nbval-cell-timeout=600 \
-	  tests book/chapters exercises solutions
+	  tests exercises solutions
 
-# The Python tests alone, without notebooks or the site: the quick loop while developing.
+# The Python tests alone, without notebooks, the chapters (they read the built book) or the site:
+# the quick loop while developing.
 test-fast: venv test-deps
-	$(PY) -m pytest -n $(JOBS) --dist loadfile tests --ignore=tests/site
+	$(PY) -m pytest -n $(JOBS) --dist loadfile tests --ignore=tests/site --ignore=tests/chapters
 
 bench: venv test-deps
 	$(PY) -m bench

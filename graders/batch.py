@@ -42,7 +42,7 @@ from pathlib import Path
 
 from . import registry
 from .notebook import MAX_FILE_BYTES, Refused, open_file, read_file
-from .results import clean_text, grader_failed, write_json, write_text, zero_result
+from .results import grader_failed, one_line, write_json, write_text, zero_result
 from .sandbox import Limits, kill_all
 
 __all__ = ["discover", "run_batch", "grade_blob", "results_folder", "write_gradebook"]
@@ -211,7 +211,7 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
             write_json(target, result)
         except OSError as err:
             unwritten.append(str(rel))
-            print(f"{clean_text(str(rel))}: its result could not be written to {target.name} ({err.strerror}); "
+            print(f"{one_line(str(rel))}: its result could not be written to {target.name} ({err.strerror}); "
                   "it is in the gradebook", file=sys.stderr)
 
     for path in submissions:            # hashed here, read only when its turn comes (memory)
@@ -232,7 +232,7 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
         else:
             todo.append((rel, path, target))
 
-    print(clean_text(f"{exercise}: {len(submissions)} files in {directory}; {len(results)} already graded or "
+    print(one_line(f"{exercise}: {len(submissions)} files in {directory}; {len(results)} already graded or "
                      f"refused, {len(todo)} to grade with {where}"), file=sys.stderr)
     bar = tqdm(total=len(todo), desc=f"grading {exercise}", unit="sub", disable=not progress or not todo,
                file=sys.stderr, dynamic_ncols=True)
@@ -299,11 +299,11 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
     summary = {"submissions": len(submissions), "graded": len(todo), "resumed": len(submissions) - len(todo),
                "statuses": dict(statuses), "csv": str(out_csv), "results": str(results_dir),
                "missing_results": len(submissions) - len(results), "unwritten": unwritten, "stopped": stopped}
-    print(clean_text(f"{exercise}: {len(results)} results for {len(submissions)} files "
+    print(one_line(f"{exercise}: {len(results)} results for {len(submissions)} files "
                      f"({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}); gradebook {out_csv}, "
                      f"one JSON per submission in {results_dir}"), file=sys.stderr)
     if stopped:
-        print(clean_text(f"{exercise}: stopped: {stopped}; what was graded is saved: run the same command "
+        print(one_line(f"{exercise}: stopped: {stopped}; what was graded is saved: run the same command "
                          "again to resume"), file=sys.stderr)
     return summary
 
@@ -343,7 +343,7 @@ class _WorkerWatch:
 def _cell(text: str) -> str:
     """A CSV cell a spreadsheet shows as text: one starting like a formula (``=HYPERLINK(...)``, a
     learner's file name or words from their code) gets a leading apostrophe."""
-    text = str(text)
+    text = one_line(text)                # one line: no newline, carriage return or override of its own
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 

@@ -176,7 +176,7 @@ def _usage(message: str) -> int:
 
 def _grade(args) -> int:
     from .grading import UsageError, grade_file
-    from .results import printable, write_json
+    from .results import one_line, write_json
     if args.exercise is not None and args.exercise not in registry.names():
         _write_usage_result(args, f"no exercise named {args.exercise!r}")
         return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
@@ -197,7 +197,7 @@ def _grade(args) -> int:
     if line:
         line.finish()
     if result.get("exercise_inferred"):
-        print(f"python -m graders: {printable(result['exercise_inferred'])}; pass --exercise NAME to fix it",
+        print(f"python -m graders: {one_line(result['exercise_inferred'])}; pass --exercise NAME to fix it",
               file=sys.stderr)
     if args.json:
         try:
@@ -339,17 +339,17 @@ def _check(args) -> int:
         print(f"{args.submission}: the public checks could not run: the grader itself failed "
               f"({type(err).__name__}: {err})")
         return 1
-    from .results import printable
+    from .results import one_line
     name = report["exercise"]
     print(f"{name}: public checks of {args.submission}")
     if report["problem"]:
-        print(f"  {printable(report['problem'])}")
+        print(f"  {one_line(report['problem'])}")
         print(f"{name}: the public checks could not run.")
         return 1
     outcomes = report["outcomes"]
     for o in outcomes:
         mark = {"passed": "ok  ", "failed": "FAIL", "not implemented": "todo"}[o["status"]]
-        print(printable(f"  [{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else "")))
+        print("  " + one_line(f"[{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else "")))
     passed = sum(o["status"] == "passed" for o in outcomes)
     print(f"{passed} of {len(outcomes)} public checks passed.")
     if outcomes and passed == len(outcomes):

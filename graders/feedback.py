@@ -25,7 +25,7 @@ from .notebook import Extracted
 from .outcomes import Problem, Trouble
 from .sandbox import Limits, Run
 
-__all__ = ["death", "import_problem", "exit_text", "error_text", "error_kind", "raised", "size"]
+__all__ = ["death", "import_problem", "memory_files_text", "exit_text", "error_text", "error_kind", "raised", "size"]
 
 
 def death(run: Run, seconds: float, limits: Limits) -> Problem:
@@ -38,6 +38,8 @@ def death(run: Run, seconds: float, limits: Limits) -> Problem:
                        "test", Trouble.TIMEOUT)
     if run.killed == "channel_overflow":
         return Problem("the submission flooded the grader's results channel during this test", Trouble.CRASHED)
+    if run.killed == "memory_files":
+        return Problem(memory_files_text(limits) + " during this test", Trouble.CRASHED)
     if run.oom_killed:
         return Problem(f"ran out of memory during this test: its processes went over the limit of "
                        f"{size(limits.memory_bytes)} together, and the kernel stopped them", Trouble.CRASHED)
@@ -46,6 +48,13 @@ def death(run: Run, seconds: float, limits: Limits) -> Problem:
                        "parent) was killed, so it was stopped too", Trouble.CRASHED)
     return Problem(f"the submission's process ended during this test ({exit_text(run.returncode)})",
                    Trouble.CRASHED)
+
+
+def memory_files_text(limits: Limits) -> str:
+    """Why a run was stopped by the grader's guard of memory-backed files (``sandbox.guard``)."""
+    from .sandbox.guard import budget
+    return (f"the submission kept more than {size(budget(limits))} in files in the machine's memory-backed "
+            "folders (/tmp, /dev/shm), which hold them in memory, so the grader stopped it")
 
 
 def import_problem(message: dict | None, run: Run, extracted: Extracted, limits: Limits,
@@ -59,6 +68,8 @@ def import_problem(message: dict | None, run: Run, extracted: Extracted, limits:
         if run.killed == "submission_timeout":
             return Problem(f"the submission used up its time budget ({limits.submission_seconds:g} s)",
                            Trouble.TIMEOUT)
+        if run.killed == "memory_files":
+            return Problem(memory_files_text(limits) + " while loading", Trouble.CRASHED)
         return Problem(f"the submission's process ended while loading ({exit_text(run.returncode)})",
                        Trouble.CRASHED)
     if message.get("timeout"):

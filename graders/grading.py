@@ -69,7 +69,7 @@ from .machine_parts import other_parts
 from .notebook import Extracted, Refused, Source, Unreadable, infer_exercise, read, read_file
 from .outcomes import Outcome, Problem, Returned, Trouble, Verdict
 from .registry import Exercise, Lib, Test
-from .results import grader_failed, make_result, test_entry
+from .results import grader_failed, make_result, one_line, test_entry
 from .sandbox import Limits, Run, Sandbox, SandboxUnavailable, describe as describe_isolation, work_folder
 
 __all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files", "Job", "Trouble",
@@ -89,6 +89,7 @@ class UsageError(ValueError):
 
 
 Progress = Callable[[int, int], None]        # progress(tests done, tests to run)
+Partial = Callable[[dict], None]             # partial({test id: Verdict} of the tests judged so far)
 
 # A test whose answer went over what the grader reads of one test: a wrong answer (no correct one
 # comes near the budget), not a crash of the submission.
@@ -110,13 +111,13 @@ class Session:
 
 
 def grade_file(path, exercise: str | None = None, *, limits: Limits | None = None,
-               isolation: str = "auto", progress: Progress | None = None) -> dict:
+               isolation: str = "auto", progress: Progress | None = None, partial: Partial | None = None) -> dict:
     """Grade the submission file ``path`` (a regular file, never followed through a link)."""
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
         raise UsageError(f"{path} is a folder; use 'batch' to grade a folder of submissions")
     return grade_bytes(read_submission(path), path.name, exercise, limits=limits, isolation=isolation,
-                       label=str(path), progress=progress)
+                       label=str(path), progress=progress, partial=partial)
 
 
 def read_submission(path) -> bytes:
@@ -131,9 +132,11 @@ def read_submission(path) -> bytes:
 
 def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
                 limits: Limits | None = None, isolation: str = "auto", label: str | None = None,
-                progress: Progress | None = None) -> dict:
+                progress: Progress | None = None, partial: Partial | None = None) -> dict:
     """Grade the submission ``data`` (named ``filename``) and return its result dict.
-    ``progress(done, total)`` is called (in this thread) as the hidden tests come back."""
+    ``progress(done, total)`` is called (in this thread) as the hidden tests come back, and
+    ``partial(verdicts)`` with every test judged so far (``{test id: Verdict}``), so that a
+    caller can keep them should it be killed before the end (``autograder``)."""
     limits = limits or Limits()
     clock = time.perf_counter()
     common = dict(submission=label or filename, sha256=hashlib.sha256(data).hexdigest())
@@ -144,7 +147,7 @@ def grade_bytes(data: bytes, filename: str, exercise: str | None = None, *,
         common["fingerprint"] = registry.fingerprint(name)
         ex = registry.get(name)
         limits = limits.resolved(ex.test_seconds, ex.submission_seconds)   # the exercise's defaults
-        result = _grade(source, name, note, limits, isolation, clock, common, progress)
+        result = _grade(source, name, note, limits, isolation, clock, common, progress, partial)
         if note:
             result["exercise_inferred"] = note
         return result
@@ -162,7 +165,7 @@ def common_of(common: dict) -> dict:
 
 
 def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Limits, isolation: str,
-           clock: float, common: dict, progress: Progress | None = None) -> dict:
+           clock: float, common: dict, progress: Progress | None = None, partial: Partial | None = None) -> dict:
     exercise, tests = registry.get(name), registry.tests(name)
     try:                                                 # 2. extract
         if isinstance(source, Unreadable):
@@ -184,7 +187,8 @@ def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Lim
         sandbox = Sandbox(isolation)
         spec, inputs = job_files(name, limits)
         job = Job(extracted.source, spec, inputs, copies=exercise.libs)
-        session = _run_phases(sandbox, job, exercise, runnable, limits, clock, extracted, verdicts, progress)
+        session = _run_phases(sandbox, job, exercise, runnable, limits, clock, extracted, verdicts, progress,
+                              partial)
     for test in tests:
         if test not in runnable:
             fns = sorted({c.fn for c in test.calls} & missing)
@@ -199,7 +203,8 @@ def _grade(source: Source | Unreadable, name: str, note: str | None, limits: Lim
 
 
 def _run_phases(sandbox: Sandbox, job: Job, exercise: Exercise, runnable: list[Test], limits: Limits,
-                clock: float, extracted: Extracted, verdicts: dict, progress: Progress | None = None) -> Session:
+                clock: float, extracted: Extracted, verdicts: dict, progress: Progress | None = None,
+                partial: Partial | None = None) -> Session:
     """Steps 4-6 for every runnable test, in an order drawn afresh for each grading (``_run_tests``),
     each test judged as soon as it has come back.  Phases decide what counts, not when a test
     runs (a fixed order would tell a submission which tests come first): a test of a phase after
@@ -224,6 +229,9 @@ def _run_phases(sandbox: Sandbox, job: Job, exercise: Exercise, runnable: list[T
                     why = exercise.proceed(phase, earlier)
                     if why is not None:
                         skipped[phase] = why
+        if partial is not None:
+            partial({tid: v for tid, v in verdicts.items() if phase_of.get(tid) is not None
+                     and phase_of[tid] not in skipped})
         return {t.id for t in runnable if t.phase in skipped}
 
     _run_tests(sandbox, job, test_cases(exercise.name, limits), runnable, limits, clock, extracted, session,
@@ -266,7 +274,7 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
         f" and {lib.name}" + (f" (without {', '.join(lib.hide)})" if lib.hide else "") for lib in exercise.libs)
     notes += [f"'{stmt}' failed in the grader ({feedback.error_kind(why) if quiet else why}); only {available} "
               "are available" for stmt, why in list(failures.items())[:5]]
-    lines += [f"Note: {n}" for n in notes]
+    lines += [f"Note: {one_line(n)}" for n in notes]      # one line each, whatever words of the submission's it holds
     over = sum(r.transcript.dropped for r in runs)
     if over:
         lines.append(f"Note: {over} message{'s' if over != 1 else ''} on the grader's results channel went over "
@@ -600,7 +608,7 @@ def _loading_problem(message: dict | None, run: Run, extracted: Extracted, limit
     return problem
 
 
-_FATAL = ("submission_timeout", "channel_overflow")
+_FATAL = ("submission_timeout", "channel_overflow", "memory_files")
 
 
 def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]:
@@ -610,6 +618,8 @@ def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]
         return f"the submission used up its time budget ({limits.submission_seconds:g} s)", Trouble.TIMEOUT
     if killed == "channel_overflow":
         return "the submission flooded the grader's results channel", Trouble.CRASHED
+    if killed == "memory_files":
+        return feedback.memory_files_text(limits), Trouble.CRASHED
     return f"the submission's process ended {runs} times", Trouble.CRASHED
 
 

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Ref", "Step", "Module", "Lib", "Call", "Test", "Item", "Exercise", "names", "get", "tests", "items",
+__all__ = ["Ref", "Step", "Module", "Lib", "Call", "Test", "case", "Item", "Exercise", "names", "get", "tests",
+           "items",
            "fingerprint", "grader_files", "lib_files", "package_dir", "UnknownExercise"]
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
@@ -126,6 +127,14 @@ class Test:
             raise ValueError(f"visibility must be one of {VISIBILITIES}")
         if self.points < 0 or not self.calls:
             raise ValueError(f"test {self.name!r}: points must be >= 0 and there must be calls")
+
+
+def case(name: str, points: float, calls, check: Callable, *inputs, **options) -> Test:
+    """One row of an exercise's table of hidden tests: the test ``name`` worth ``points``, whose
+    ``calls`` are checked by ``check(*inputs, results)``.  ``check`` is a module-level function and
+    ``inputs`` (what the calls were made from, with fixed seeds, or what they must give) are bound
+    here, in the row.  ``options`` are ``Test``'s own (``timeout``, ``step``, ``isolated``...)."""
+    return Test(name, points, list(calls), functools.partial(check, *inputs), **options)
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,9 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["STATUSES", "make_result", "write_json", "write_text", "format_text", "test_entry", "clean",
-           "clean_text", "zero_result", "grader_failed"]
+           "clean_text", "zero_result", "grader_failed", "printable", "one_line"]
 
-STATUSES = ("ok", "timeout", "crashed", "missing", "unreadable", "grader_error", "usage_error")
+STATUSES = ("ok", "timeout", "crashed", "missing", "unreadable", "grader_error", "usage_error", "interrupted")
 MAX_TEST_OUTPUT = 2_000      # characters of one test's feedback (parts of it come from the sandbox)
 MAX_OUTPUT = 20_000          # characters of the summary
 MAX_STRING = 100_000         # characters of any other string of a result (the printed output is capped
@@ -172,13 +172,30 @@ def write_json(path, data) -> None:
 
 
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x00, 0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0)]}
+# What reorders or breaks a line where a terminal or a browser shows it: the direction overrides,
+# embeddings and isolates (U+202A-U+202E, U+2066-U+2069), the direction marks, and the line and
+# paragraph separators.
+_INVISIBLE = {c: f"\\u{c:04x}" for c in [0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F),
+                                          *range(0x2066, 0x206A)]}
+_SHOWN = {**_CONTROL, **_INVISIBLE}
+_ONE_LINE = {**_SHOWN, 0x0A: "\\n", 0x0D: "\\r"}
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters shown as ``\\x1b`` and so on: what a submission printed or
-    put in an exception message must not drive the instructor's terminal (escape sequences that
-    clear it, retitle it, write the clipboard, or a carriage return that hides a line)."""
-    return clean_text(text, None).translate(_CONTROL)
+    """``text`` with control characters shown as ``\\x1b`` and so on, and the direction overrides
+    and isolates as ``\\u202e``: what a submission printed or put in an exception message must not
+    drive the instructor's terminal (escape sequences that clear it, retitle it, write the
+    clipboard, or a carriage return that hides a line) nor reorder what a line says.  Newlines
+    and tabs stay (``one_line`` shows them too)."""
+    return clean_text(text, None).translate(_SHOWN)
+
+
+def one_line(text) -> str:
+    """``text`` as ``printable`` shows it, on one line: newlines and carriage returns shown as
+    ``\\n`` and ``\\r``.  Every text a submission chose (its file name, its metadata, its
+    exceptions' messages) goes into the instructor's log and the gradebook this way, so that none
+    can make a line of its own ("Score: 20 / 20") or turn one around."""
+    return clean_text(text, None).translate(_ONE_LINE)
 
 
 def _points(x: float) -> str:
@@ -189,15 +206,15 @@ def format_text(result: dict, *, show_output: bool = False) -> str:
     """The per-test feedback and the score, as the CLI prints it."""
     lines = []
     exercise = result.get("exercise") or "?"
-    lines.append(f"{exercise}: {result.get('submission') or 'submission'}")
+    lines.append(f"{one_line(exercise)}: {one_line(result.get('submission') or 'submission')}")
     if result.get("output"):
         lines.extend("  " + l for l in result["output"].splitlines())
     for test in result.get("tests", []):
         mark = "pass" if test["status"] == "passed" else "FAIL"
-        line = f"  [{mark}] {_points(test['score']):>4}/{_points(test['max_score']):<4} {test['name']}"
+        lines.append(f"  [{mark}] {_points(test['score']):>4}/{_points(test['max_score']):<4} {one_line(test['name'])}")
         if test["status"] != "passed" and test.get("output"):
-            line += "\n" + "\n".join(f"           {part}" for part in str(test["output"]).splitlines())
-        lines.append(line)
+            # a test's feedback is one line of the grader's, with the submission's words in it
+            lines.append(f"           {one_line(test['output'])}")
     if show_output and result.get("submission_output"):
         lines.append("  what the submission printed (capped):")
         lines.extend("    | " + l for l in result["submission_output"].splitlines()[:200])

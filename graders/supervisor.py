@@ -211,9 +211,12 @@ def _effective_caps() -> int | None:
     return None
 
 
-def drop_privileges(uid: int | None) -> None:
+def drop_privileges(uid: int | None, dumpable: bool = True) -> None:
     """In the harness, before the submission: no way back to any privilege.  Exits the process
-    (``NOT_STARTED``) rather than run the submission with a privilege it should not have."""
+    (``NOT_STARTED``) rather than run the submission with a privilege it should not have.
+    ``dumpable`` False (the subreaper, whose seccomp filter is ``sealed``) leaves the process as
+    the change of user left it, not dumpable: its /proc files, ``oom_score_adj`` among them, stay
+    root's, so that no process of the run can lower its OOM score (``first_to_go``)."""
     try:
         ctypes, libc = _libc()
     except OSError:
@@ -245,7 +248,8 @@ def drop_privileges(uid: int | None) -> None:
     elif uid is not None and os.getuid() != uid:
         _refuse("asked for a user id of its own but not root")
     if libc is not None:
-        _prctl(libc, PR_SET_DUMPABLE, 1)            # a change of user made it undumpable
+        # a change of user made it undumpable (as fs.suid_dumpable says: 0 or 2, never 1)
+        _prctl(libc, PR_SET_DUMPABLE, 1 if dumpable else 0)
         _prctl(libc, PR_SET_PDEATHSIG, signal.SIGKILL)   # (cleared by the change of user)
 
 
@@ -302,6 +306,23 @@ def _read_all(fd: int) -> bytes:
 
 
 # ------------------------------------------------------------------------------ killing
+
+OOM_SCORE_ADJ = 1000                # the kernel's first choice when memory runs out
+
+
+def first_to_go() -> bool:
+    """Make this process, and so everything it forks, the kernel's first choice to kill when
+    memory runs out (``oom_score_adj`` 1000: its badness then exceeds that of any process at 0,
+    whatever their sizes), so that a run that fills the memory of a machine or a container
+    whose limit the grader cannot see (no cgroup of its own) loses its own processes, never the
+    grader.  Raising one's own score needs no capability; whether the run can lower it again is
+    the seccomp filter's (``sealed``) and ``drop_privileges``'s.  False where /proc refuses."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(OOM_SCORE_ADJ))
+        return True
+    except OSError:
+        return False
 
 
 def _descendants(root: int) -> list[int]:
@@ -415,6 +436,7 @@ def main(argv: list[str]) -> None:
             report({"t": "supervisor", "error": f"the seccomp program: {err}"})
             os._exit(71)
 
+    first_to_go()
     pid1 = os.getpid() == 1
     try:
         ctypes, libc = _libc()
@@ -472,7 +494,7 @@ def supervise(harness, harness_argv, uid, seccomp, report, opts, *, pid1: bool, 
         try:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            drop_privileges(uid)
+            drop_privileges(uid, dumpable=not subreaper)
             if seccomp is not None:
                 install_seccomp(seccomp)
             if report_fd is not None:       # what holds now, said before anything else runs here

@@ -10,12 +10,13 @@ causal attention), so it shares no code path with an incremental answer.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from ..checks import Fail, as_array, check_array, describe, unchanged, with_right_answer
-from ..registry import Call, Exercise, Ref, Test
+from ..checks import Fail, check_array, describe, unchanged, with_right_answer
+from ..registry import Call, Exercise, Ref, Test, case
 
 FN = "attend_step"
 
@@ -93,229 +94,193 @@ def _unpack(value, what="attend_step"):
     return out, new_cache
 
 
-def _decode_calls(X, p, d):
-    """Token-by-token decoding: step t gets the cache that step t - 1 returned."""
-    empty = {"k": np.zeros((0, d)), "v": np.zeros((0, d))}
-    calls = [Call(FN, (X[0], empty, p))]
-    calls += [Call(FN, (X[t], Ref(t - 1, (1,)), p)) for t in range(1, X.shape[0])]
-    return calls
+def _output(args, results, what="the output"):
+    """The output of one step from ``args`` = (x_t, cache, p) is the reference's."""
+    out, _ = _unpack(results[0].value)
+    check_array(out, step(*args)[0], what, hint=functools.partial(_diagnose, *args))
 
 
-def _check_decoding(sequences):
-    """Check a test made of one or more decoding runs laid end to end (``sequences`` is a list of
-    (X, p) in call order).  Each step's output must be the matching row of causal attention."""
-    expected_rows = [causal_rows(X, p) for X, p in sequences]
-
-    def check(results):
-        k = 0
-        for number, ((X, p), rows) in enumerate(zip(sequences, expected_rows), start=1):
-            label = f"sequence {number} of {len(sequences)}, " if len(sequences) > 1 else ""
-            cache = {"k": np.zeros((0, rows.shape[1])), "v": np.zeros((0, rows.shape[1]))}
-            for t in range(X.shape[0]):
-                where = f"{label}step {t + 1} of {X.shape[0]}"
-                out, new_cache = _unpack(results[k].value, f"{where}: attend_step")
-                check_array(out, rows[t], f"{where}: the output",
-                            hint=lambda a, x=X[t], c=cache, p=p: _diagnose(x, c, p, a))
-                _, keys, values = step(X[t], cache, p)
-                cache = {"k": keys, "v": values}
-                k += 1
-    return check
+def _first_output(args, results):
+    _output(args, results, "the output of the first step")
 
 
-def _with_a_right_answer(prop, x, cache, p):
+def _right_answer(args, results):
+    """The output and both new cache arrays of one step are the reference's."""
+    got, new = _unpack(results[0].value)
+    out, keys, values = step(*args)
+    check_array(got, out, "the output", hint=functools.partial(_diagnose, *args))
+    for key, expected in (("k", keys), ("v", values)):
+        check_array(new[key], expected, f"new_cache[{key!r}]")
+
+
+def _with_right_answer(prop, args, results):
     """``prop`` (a check of a property: the inputs left as they were, the shapes) counting only
     together with the right answer on the same call: an answer that computes nothing leaves its
     inputs alone too."""
-    out, keys, values = step(x, cache, p)
+    return with_right_answer(functools.partial(prop, args), functools.partial(_right_answer, args))(results)
 
-    def right(results):
-        got, new = _unpack(results[0].value)
-        check_array(got, out, "the output", hint=lambda a: _diagnose(x, cache, p, a))
-        for key, expected in (("k", keys), ("v", values)):
-            check_array(new[key], expected, f"new_cache[{key!r}]")
-    return with_right_answer(prop, right)
+
+def _new_cache_rows(args, results):
+    """The new cache is the old rows, then the new key and value as the last row."""
+    _, keys, values = step(*args)
+    _, new = _unpack(results[0].value)
+    for key, expected, what in (("k", keys, "key"), ("v", values, "value")):
+        arr = new[key]
+        if not isinstance(arr, np.ndarray):
+            raise Fail(f"new_cache[{key!r}] is {describe(arr)}; expected an array")
+        if arr.ndim != 2 or arr.shape[1] != expected.shape[1]:
+            raise Fail(f"new_cache[{key!r}] has shape {arr.shape}; expected (t + 1, d) = {expected.shape}")
+        if arr.shape[0] != expected.shape[0]:
+            raise Fail(f"new_cache[{key!r}] has {arr.shape[0]} rows; after one step from a cache of "
+                       f"{expected.shape[0] - 1} rows it should have {expected.shape[0]}")
+        other = values if key == "k" else keys
+        if np.allclose(arr, other, rtol=1e-9, atol=1e-12) and not np.allclose(expected, other):
+            raise Fail("new_cache['k'] and new_cache['v'] look swapped")
+        check_array(arr[:-1], expected[:-1], f"the old rows of new_cache[{key!r}]")
+        check_array(arr[-1], expected[-1], f"the last row of new_cache[{key!r}] (the new {what}, x_t W_{key})")
+
+
+def _dict_unchanged(args, results):
+    """The input cache dict keeps its keys and its arrays' shapes, then its arrays."""
+    cache, after = args[1], results[0].args_after[1]
+    unchanged({k: v.shape for k, v in cache.items()},
+              {k: getattr(v, "shape", v) for k, v in after.items()} if isinstance(after, dict) else after,
+              "the input cache")
+    unchanged(cache, after, "the input cache")
+
+
+def _arrays_unchanged(args, results):
+    """No input array is modified in place (even when the dict's entries were replaced)."""
+    x, cache, p = args
+    original = results[0].originals_after
+    unchanged(cache, original[1], "the input cache")
+    unchanged(x, original[0], "x_t")
+    unchanged(p, original[2], "the parameters p")
+
+
+def _out_shape(args, results):
+    out, _ = _unpack(results[0].value)
+    if not isinstance(out, np.ndarray):
+        raise Fail(f"out is {describe(out)}; expected a numpy array of shape (d,) = (3,)")
+    if out.shape != (3,):
+        raise Fail(f"out has shape {out.shape}; expected (d,) = (3,), a vector, not a table")
+    if out.dtype != np.float64:
+        raise Fail(f"out has dtype {out.dtype}; expected float64 for float64 inputs")
+
+
+def _structure(args, results):
+    _, new = _unpack(results[0].value)
+    for key in ("k", "v"):
+        arr = new[key]
+        if not isinstance(arr, np.ndarray) or arr.shape != (2, 2):
+            raise Fail(f"new_cache[{key!r}] is {describe(arr)}; expected an array of shape (t + 1, d) = (2, 2)")
+
+
+def _decoded_rows(runs, expected_rows, results):
+    """A test made of one or more decoding runs laid end to end (``runs`` is a list of (X, p) in
+    call order): each step's output must be the matching row of causal attention."""
+    k = 0
+    for number, ((X, p), rows) in enumerate(zip(runs, expected_rows), start=1):
+        label = f"sequence {number} of {len(runs)}, " if len(runs) > 1 else ""
+        cache = {"k": np.zeros((0, rows.shape[1])), "v": np.zeros((0, rows.shape[1]))}
+        for t in range(X.shape[0]):
+            where = f"{label}step {t + 1} of {X.shape[0]}"
+            out, _ = _unpack(results[k].value, f"{where}: attend_step")
+            check_array(out, rows[t], f"{where}: the output", hint=functools.partial(_diagnose, X[t], cache, p))
+            _, keys, values = step(X[t], cache, p)
+            cache = {"k": keys, "v": values}
+            k += 1
+
+
+# ------------------------------------------------------------------------------ the inputs
 
 
 def _random_params(rng, D, d, scale=1.0):
     return {name: rng.standard_normal((D, d)) * scale for name in ("Wq", "Wk", "Wv")}
 
 
-def _random_cache(rng, t, d):
-    return {"k": rng.standard_normal((t, d)), "v": rng.standard_normal((t, d))}
+def _one_step(seed, D, d, t, scale=1.0):
+    """(x_t, cache of t tokens, p) with model width D and head width d, drawn in that order from a
+    generator seeded with ``seed``; ``scale`` multiplies the weights."""
+    rng = np.random.default_rng(seed)
+    x, p = rng.standard_normal(D), _random_params(rng, D, d, scale)
+    if t == 0:
+        return x, {"k": np.zeros((0, d)), "v": np.zeros((0, d))}, p
+    return x, {"k": rng.standard_normal((t, d)), "v": rng.standard_normal((t, d))}, p
 
 
-def _decode_test(name, points, sequences):
+def _runs(seed, *sizes):
+    """Decoding runs (X, p), one per (T tokens, D, d), drawn in turn from one generator."""
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((T, D)), _random_params(rng, D, d)) for T, D, d in sizes]
+
+
+def _large_scores_run(seed):
+    """Five tokens whose scores are about 10^4: without subtracting the maximum, exp overflows."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((5, 4)) * 30.0
+    return [(X, {"Wq": rng.standard_normal((4, 4)) * 10.0, "Wk": rng.standard_normal((4, 4)) * 10.0,
+                 "Wv": rng.standard_normal((4, 4))})]
+
+
+# The statement's worked example: D = d = 2, Wq = Wk = I, Wv = diag(1, 2).
+WORKED_EXAMPLE = [(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
+                   {"Wq": np.eye(2), "Wk": np.eye(2), "Wv": np.diag([1.0, 2.0])})]
+
+
+def _decode_calls(runs):
+    """Token-by-token decoding, run after run: step t gets the cache that step t - 1 returned."""
     calls = []
-    for X, p in sequences:
-        base = len(calls)
-        d = p["Wq"].shape[1]
-        for call in _decode_calls(X, p, d):
-            args = tuple(Ref(a.call + base, a.path) if isinstance(a, Ref) else a for a in call.args)
-            calls.append(Call(FN, args))
-    return Test(name, points, calls, _check_decoding(sequences), step="call")
+    for X, p in runs:
+        first, d = len(calls), p["Wq"].shape[1]
+        calls.append(Call(FN, (X[0], {"k": np.zeros((0, d)), "v": np.zeros((0, d))}, p)))
+        calls += [Call(FN, (X[t], Ref(first + t - 1, (1,)), p)) for t in range(1, X.shape[0])]
+    return calls
+
+
+def decoding(name, points, runs) -> Test:
+    """The test that decodes ``runs`` token by token, each from an empty cache."""
+    return case(name, points, _decode_calls(runs), _decoded_rows, runs, [causal_rows(X, p) for X, p in runs])
+
+
+def one_call(name, points, args, check, capture_args=False) -> Test:
+    """The test of one call on ``args``, checked by ``check(args, results)``."""
+    return case(name, points, [Call(FN, args, capture_args)], check, args)
+
+
+def also_right(name, points, args, prop, capture_args=False) -> Test:
+    """The test of a property of one call, counting only together with the right answer."""
+    return case(name, points, [Call(FN, args, capture_args)], _with_right_answer, prop, args)
 
 
 # --------------------------------------------------------------------------------- the tests
 
 
 def make_tests() -> list[Test]:
-    tests = []
-
-    # The statement's worked example: D = d = 2, Wq = Wk = I, Wv = diag(1, 2).
-    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    p = {"Wq": np.eye(2), "Wk": np.eye(2), "Wv": np.diag([1.0, 2.0])}
-    tests.append(_decode_test("the worked example of the statement, three tokens one by one", 2, [(X, p)]))
-
-    # t = 0: one key, weight 1, so the output is the new token's value.
-    rng = np.random.default_rng(1001)
-    x, p = rng.standard_normal(4), _random_params(rng, 4, 3)
-    empty = {"k": np.zeros((0, 3)), "v": np.zeros((0, 3))}
-    out0, _, _ = step(x, empty, p)
-
-    def first_step(results, expected=out0, x=x, p=p):
-        out, _ = _unpack(results[0].value)
-        check_array(out, expected, "the output of the first step",
-                    hint=lambda a: _diagnose(x, empty, p, a))
-    tests.append(Test("the first step, from an empty cache (t = 0): the output is the new value", 1,
-                      [Call(FN, (x, empty, p))], first_step))
-
-    # t = 1: one cached token, two weights.
-    rng = np.random.default_rng(1013)
-    x1, p1, cache1 = rng.standard_normal(3), _random_params(rng, 3, 2), _random_cache(rng, 1, 2)
-    out1, _, _ = step(x1, cache1, p1)
-
-    def second_step(results, expected=out1, x=x1, p=p1, cache=cache1):
-        out, _ = _unpack(results[0].value)
-        check_array(out, expected, "the output", hint=lambda a: _diagnose(x, cache, p, a))
-    tests.append(Test("one step from a cache of one token (t = 1)", 1, [Call(FN, (x1, cache1, p1))],
-                      second_step))
-
-    # One step from a given cache of 5 tokens.
-    rng = np.random.default_rng(1002)
-    x, p, cache = rng.standard_normal(6), _random_params(rng, 6, 4), _random_cache(rng, 5, 4)
-    out5, _, _ = step(x, cache, p)
-
-    def from_cache(results, expected=out5, x=x, p=p, cache=cache):
-        out, _ = _unpack(results[0].value)
-        check_array(out, expected, "the output", hint=lambda a: _diagnose(x, cache, p, a))
-    tests.append(Test("one step from a cache of 5 tokens (D = 6, d = 4)", 1, [Call(FN, (x, cache, p))],
-                      from_cache))
-
-    # The new cache: the old rows, then the new key and value.
-    rng = np.random.default_rng(1003)
-    x, p, cache = rng.standard_normal(5), _random_params(rng, 5, 3), _random_cache(rng, 4, 3)
-    _, keys, values = step(x, cache, p)
-
-    def new_cache_rows(results, keys=keys, values=values):
-        _, new = _unpack(results[0].value)
-        for key, expected, what in (("k", keys, "key"), ("v", values, "value")):
-            arr = new[key]
-            if not isinstance(arr, np.ndarray):
-                raise Fail(f"new_cache[{key!r}] is {describe(arr)}; expected an array")
-            if arr.ndim != 2 or arr.shape[1] != expected.shape[1]:
-                raise Fail(f"new_cache[{key!r}] has shape {arr.shape}; expected (t + 1, d) = {expected.shape}")
-            if arr.shape[0] != expected.shape[0]:
-                raise Fail(f"new_cache[{key!r}] has {arr.shape[0]} rows; after one step from a cache of "
-                           f"{expected.shape[0] - 1} rows it should have {expected.shape[0]}")
-            other = values if key == "k" else keys
-            if np.allclose(arr, other, rtol=1e-9, atol=1e-12) and not np.allclose(expected, other):
-                raise Fail("new_cache['k'] and new_cache['v'] look swapped")
-            check_array(arr[:-1], expected[:-1], f"the old rows of new_cache[{key!r}]")
-            check_array(arr[-1], expected[-1], f"the last row of new_cache[{key!r}] (the new {what}, x_t W_{key})")
-    tests.append(Test("the new cache: the old rows, then the new key and value as the last row", 2,
-                      [Call(FN, (x, cache, p))], new_cache_rows))
-
-    # The input cache: the dict keeps its entries.
-    rng = np.random.default_rng(1004)
-    x, p, cache = rng.standard_normal(4), _random_params(rng, 4, 2), _random_cache(rng, 3, 2)
-
-    def dict_unchanged(results, cache=cache):
-        after = results[0].args_after
-        unchanged({k: v.shape for k, v in cache.items()},
-                  {k: getattr(v, "shape", v) for k, v in after[1].items()} if isinstance(after[1], dict)
-                  else after[1], "the input cache")
-        unchanged(cache, after[1], "the input cache")
-    tests.append(Test("the input cache dict is left as it was (same keys, same arrays)", 1,
-                      [Call(FN, (x, cache, p), capture_args=True)], _with_a_right_answer(dict_unchanged, x, cache, p)))
-
-    # The input arrays: not modified in place (even when the dict entries were replaced).
-    rng = np.random.default_rng(1005)
-    x, p, cache = rng.standard_normal(3), _random_params(rng, 3, 3), _random_cache(rng, 6, 3)
-
-    def arrays_unchanged(results, x=x, p=p, cache=cache):
-        original = results[0].originals_after
-        unchanged(cache, original[1], "the input cache")
-        unchanged(x, original[0], "x_t")
-        unchanged(p, original[2], "the parameters p")
-    tests.append(Test("the input cache arrays (and x_t, p) are not modified in place", 1,
-                      [Call(FN, (x, cache, p), capture_args=True)],
-                      _with_a_right_answer(arrays_unchanged, x, cache, p)))
-
-    # Decoding token by token equals causal attention.
-    rng = np.random.default_rng(1006)
-    X, p = rng.standard_normal((9, 7)), _random_params(rng, 7, 5)
-    tests.append(_decode_test("decoding 9 tokens one by one gives the rows of causal attention "
-                              "(D = 7, d = 5)", 3, [(X, p)]))
-
-    # d = 1.
-    rng = np.random.default_rng(1007)
-    X, p = rng.standard_normal((6, 3)), _random_params(rng, 3, 1)
-    tests.append(_decode_test("head width d = 1 (6 tokens, D = 3)", 1, [(X, p)]))
-
-    # Large scores: without subtracting the maximum, exp overflows.
-    rng = np.random.default_rng(1008)
-    X = rng.standard_normal((5, 4)) * 30.0
-    p = {"Wq": rng.standard_normal((4, 4)) * 10.0, "Wk": rng.standard_normal((4, 4)) * 10.0,
-         "Wv": rng.standard_normal((4, 4))}
-    tests.append(_decode_test("large scores (about 10^4): the softmax must be stable", 1, [(X, p)]))
-
-    # Shape and dtype of out.
-    rng = np.random.default_rng(1009)
-    x, p, cache = rng.standard_normal(5), _random_params(rng, 5, 3), _random_cache(rng, 2, 3)
-
-    def out_shape(results):
-        out, _ = _unpack(results[0].value)
-        if not isinstance(out, np.ndarray):
-            raise Fail(f"out is {describe(out)}; expected a numpy array of shape (d,) = (3,)")
-        if out.shape != (3,):
-            raise Fail(f"out has shape {out.shape}; expected (d,) = (3,), a vector, not a table")
-        if out.dtype != np.float64:
-            raise Fail(f"out has dtype {out.dtype}; expected float64 for float64 inputs")
-    tests.append(Test("out has shape (d,) and dtype float64", 1, [Call(FN, (x, cache, p))],
-                      _with_a_right_answer(out_shape, x, cache, p)))
-
-    # The structure of what comes back.
-    rng = np.random.default_rng(1010)
-    x, p, cache = rng.standard_normal(4), _random_params(rng, 4, 2), _random_cache(rng, 1, 2)
-
-    def structure(results):
-        _, new = _unpack(results[0].value)
-        for key in ("k", "v"):
-            arr = new[key]
-            if not isinstance(arr, np.ndarray) or arr.shape != (2, 2):
-                raise Fail(f"new_cache[{key!r}] is {describe(arr)}; expected an array of shape (t + 1, d) = (2, 2)")
-    tests.append(Test("returns (out, new_cache), new_cache a dict of 'k' and 'v' of shape (t + 1, d)", 1,
-                      [Call(FN, (x, cache, p))], _with_a_right_answer(structure, x, cache, p)))
-
-    # A long cache.
-    rng = np.random.default_rng(1011)
-    x, p, cache = rng.standard_normal(16), _random_params(rng, 16, 8, 0.25), _random_cache(rng, 300, 8)
-    out_long, _, _ = step(x, cache, p)
-
-    def long_cache(results, expected=out_long):
-        out, _ = _unpack(results[0].value)
-        check_array(out, expected, "the output", hint=lambda a: _diagnose(x, cache, p, a))
-    tests.append(Test("one step from a long cache (t = 300, D = 16, d = 8)", 1, [Call(FN, (x, cache, p))],
-                      long_cache))
-
-    # Many random decoding runs of non-round sizes.
-    rng = np.random.default_rng(1012)
-    sequences = []
-    for D, d, T in [(3, 2, 4), (5, 7, 6), (8, 3, 11), (2, 5, 3), (11, 6, 7), (4, 4, 13)]:
-        sequences.append((rng.standard_normal((T, D)), _random_params(rng, D, d)))
-    tests.append(_decode_test("six random decoding runs of non-round sizes (D from 2 to 11, d from 2 to 7)",
-                              3, sequences))
-    return tests
+    return [
+        decoding("the worked example of the statement, three tokens one by one", 2, WORKED_EXAMPLE),
+        one_call("the first step, from an empty cache (t = 0): the output is the new value", 1,
+                 _one_step(1001, D=4, d=3, t=0), _first_output),
+        one_call("one step from a cache of one token (t = 1)", 1, _one_step(1013, D=3, d=2, t=1), _output),
+        one_call("one step from a cache of 5 tokens (D = 6, d = 4)", 1, _one_step(1002, D=6, d=4, t=5), _output),
+        one_call("the new cache: the old rows, then the new key and value as the last row", 2,
+                 _one_step(1003, D=5, d=3, t=4), _new_cache_rows),
+        also_right("the input cache dict is left as it was (same keys, same arrays)", 1,
+                   _one_step(1004, D=4, d=2, t=3), _dict_unchanged, capture_args=True),
+        also_right("the input cache arrays (and x_t, p) are not modified in place", 1,
+                   _one_step(1005, D=3, d=3, t=6), _arrays_unchanged, capture_args=True),
+        decoding("decoding 9 tokens one by one gives the rows of causal attention (D = 7, d = 5)", 3,
+                 _runs(1006, (9, 7, 5))),
+        decoding("head width d = 1 (6 tokens, D = 3)", 1, _runs(1007, (6, 3, 1))),
+        decoding("large scores (about 10^4): the softmax must be stable", 1, _large_scores_run(1008)),
+        also_right("out has shape (d,) and dtype float64", 1, _one_step(1009, D=5, d=3, t=2), _out_shape),
+        also_right("returns (out, new_cache), new_cache a dict of 'k' and 'v' of shape (t + 1, d)", 1,
+                   _one_step(1010, D=4, d=2, t=1), _structure),
+        one_call("one step from a long cache (t = 300, D = 16, d = 8)", 1,
+                 _one_step(1011, D=16, d=8, t=300, scale=0.25), _output),
+        decoding("six random decoding runs of non-round sizes (D from 2 to 11, d from 2 to 7)", 3,
+                 _runs(1012, (4, 3, 2), (6, 5, 7), (11, 8, 3), (3, 2, 5), (7, 11, 6), (13, 4, 4))),
+    ]
 
 
 EXERCISE = Exercise(name="attend_step", chapter=2, functions=(FN,), make_tests=make_tests,

@@ -72,7 +72,8 @@ class Run:
     output: str = ""                     # stdout and stderr, capped
     output_dropped: int = 0              # bytes beyond the cap
     returncode: int | None = None        # the harness's: its exit code, 128 + a signal, or < 0
-    killed: str | None = None            # import_timeout, test_timeout, submission_timeout, channel_overflow
+    killed: str | None = None            # import_timeout, test_timeout, submission_timeout, channel_overflow,
+                                         # memory_files (the guard: files in memory, ``guard``)
     isolation: str = ""
     started: float = 0.0                 # time.perf_counter() when its top process was started
     elapsed: float = 0.0

@@ -53,6 +53,7 @@ class Isolation(ABC):
     name = "subprocess"
     contained = True
     no_sockets = False                # the seccomp filter denies socket() too
+    sealed = False                    # and exec and PR_SET_DUMPABLE: the run keeps its OOM score (``seccomp``)
 
     def __init__(self, why: str):
         self.why = why
@@ -138,6 +139,7 @@ class Namespaces(Isolation):
 class Subreaper(Isolation):
     contained = False
     no_sockets = True
+    sealed = True
 
     def launch(self, job_dir, limits, uid, libs, report_fd, channel_fd, seccomp_fd) -> Launch:
         scratch = work_folder("grader-scratch-")

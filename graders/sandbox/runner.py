@@ -20,13 +20,14 @@ import os
 import subprocess
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from . import exposure, probes, seccomp
 from .cgroups import Cgroup, cgroup_base
 from .commands import HARNESS, SUPERVISOR, bytecode, site_dirs
 from .describe import describe
+from .guard import Guard, budget
 from .limits import Limits, Run, SandboxUnavailable
 from .modes import Bubblewrap, Isolation, Namespaces, Subreaper
 from .sweep import track, untrack
@@ -142,7 +143,7 @@ class Sandbox:
         run = Run(transcript=Transcript(tests=frozenset(tests)), isolation=self.mode)
         channel_r, channel_w = os.pipe()
         report_r, report_w = os.pipe()
-        filter_fd = seccomp.program_fd(self.isolation.no_sockets)
+        filter_fd = seccomp.program_fd(self.isolation.no_sockets, self.isolation.sealed)
         group = launch = None
         try:
             launch = self.isolation.launch(job_dir, limits, uid, [Path(lib) for lib in libs], report_w,
@@ -167,7 +168,8 @@ class Sandbox:
             track(proc)
             report = bytearray()
             try:
-                watch(proc, channel_r, report_r, report, run, limits, test_seconds, start)
+                with self._guard(run, uid, limits, launch):
+                    watch(proc, channel_r, report_r, report, run, limits, test_seconds, start)
             finally:
                 top = self.isolation.stop(proc, launch, uid)
                 untrack(proc)
@@ -187,6 +189,16 @@ class Sandbox:
                     os.close(fd)
             if launch is not None:
                 self.isolation.clean(launch, uid, run)
+
+    def _guard(self, run: Run, uid: int | None, limits: Limits, launch):
+        """Where nothing else bounds what a run keeps in memory-backed files (the fallback
+        without namespaces: no private /tmp, and maybe no cgroup), the grader's guard (``guard``)."""
+        if self.isolation.contained or uid is None:
+            return nullcontext()
+
+        def over() -> None:
+            run.killed = "memory_files"
+        return Guard(uid, budget(limits), over, extra=[launch.scratch] if launch.scratch else ())
 
     @property
     def warm_possible(self) -> bool:

@@ -20,6 +20,8 @@ The program, on ``struct seccomp_data {int nr; u32 arch; u64 ip; u64 args[6]}``:
                                    C library then falls back to clone, whose flags it can)
     nr == socket (``no_sockets``)  EPERM: the fallback without namespaces shares the machine's
                                    network and abstract socket names
+    nr == execve, execveat         EPERM (``sealed``: the fallback without namespaces), and
+    nr == prctl                    PR_SET_DUMPABLE (args[0]): EPERM, likewise; see below
     nr == socket, socketpair       a family other than AF_UNIX, AF_INET, AF_INET6 (args[0]): EPERM
                                    (vsock, for one, has one table of ports for the whole machine,
                                    whatever the network namespace)
@@ -38,7 +40,19 @@ of it (``fadvise64``, ``madvise``'s ``MADV_COLD`` and ``MADV_PAGEOUT``, ``proces
 how long a read takes says nothing, as every file a sandbox sees is a copy in memory
 (``resident``); and the
 machine-wide counts a call can raise or read: ``io_setup`` (AIO events, counted and capped for
-the whole machine) and ``sysinfo`` (the machine's process count and free memory).  The rest of
+the whole machine) and ``sysinfo`` (the machine's process count and free memory); and memory that
+no process's resident size counts, which a run could hold past every per-process limit (where no
+cgroup counts it, the kernel would then kill the largest process of the machine, the grader):
+``memfd_create`` and ``memfd_secret`` (System V shared memory and message queues are denied
+above; a file in a memory-backed folder is the grader's guard's, ``guard``).
+
+``sealed`` (the fallback without namespaces, where no cgroup may hold the run): every process of
+the run has ``oom_score_adj`` 1000 (the supervisor sets it; raising one's own needs no
+capability), so that when memory runs out the kernel kills the run's processes before any other.
+Lowering it back needs only write access to one's own ``/proc/PID/oom_score_adj`` (down to the
+floor the grader had, 0, without ``CAP_SYS_RESOURCE``): the run's processes are kept not dumpable,
+which makes their /proc files root's, and the filter denies the two ways back to dumpable,
+``prctl(PR_SET_DUMPABLE)`` and an exec (which makes a process dumpable again).  The rest of
 what the machine counts is covered in the sandbox's /proc (``supervisor.MACHINE_WIDE_PROC_FILES``).  Threads (clone
 without namespace flags), fork, and everything numpy and the harness use stay allowed.
 """
@@ -79,7 +93,15 @@ DENIED = ("keyctl", "add_key", "request_key",
           "swapon", "swapoff",
           "shmget", "msgget", "semget", "mq_open",
           "flock", "inotify_init", "inotify_init1", "fanotify_init", "mincore",
-          "io_setup", "sysinfo", "fadvise64", "process_madvise")
+          "io_setup", "sysinfo", "fadvise64", "process_madvise",
+          "memfd_create", "memfd_secret")
+
+# The weakest fallback's filter (``sealed``: no namespaces, no cgroup may hold the run) also denies
+# what would let a run lower its place in the kernel's choice of what to kill when memory runs
+# out: its processes are not dumpable, so their /proc files (``oom_score_adj`` among them) are
+# root's; PR_SET_DUMPABLE would make them its own again, and so would an exec.
+SEALED = ("execve", "execveat")
+PR_SET_DUMPABLE = 4
 
 # A page of a file leaves the page cache on request: MADV_COLD and MADV_PAGEOUT (madvise's third
 # argument) on a mapping of it; and preadv2/pwritev2 with RWF_NOWAIT (their sixth) fail at once
@@ -112,6 +134,7 @@ SYSCALLS = {
                "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
                "flock": 73, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300, "mincore": 27,
                "io_setup": 206, "sysinfo": 99, "fadvise64": 221, "process_madvise": 440, "madvise": 28,
+               "memfd_create": 319, "memfd_secret": 447, "execve": 59, "execveat": 322, "prctl": 157,
                "preadv2": 327, "pwritev2": 328, "fcntl": 72, "socketpair": 53, "clone": 56, "clone3": 435, "socket": 41},
     "aarch64": {"keyctl": 219, "add_key": 217, "request_key": 218, "unshare": 97, "setns": 268,
                 "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
@@ -124,6 +147,7 @@ SYSCALLS = {
                 "shmget": 194, "msgget": 186, "semget": 190, "mq_open": 180,
                 "flock": 32, "inotify_init1": 26, "fanotify_init": 262, "mincore": 232,
                 "io_setup": 0, "sysinfo": 179, "fadvise64": 223, "process_madvise": 440, "madvise": 233,
+                "memfd_create": 279, "memfd_secret": 447, "execve": 221, "execveat": 281, "prctl": 167,
                 "preadv2": 286, "pwritev2": 287, "fcntl": 25, "socketpair": 199, "clone": 220, "clone3": 435, "socket": 198},
 }
 ARCHES = {"x86_64": AUDIT_ARCH_X86_64, "aarch64": AUDIT_ARCH_AARCH64}
@@ -133,7 +157,7 @@ def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> tuple[int, int, int, int
     return (code, jt, jf, k)
 
 
-def _arch_block(arch: str, no_sockets: bool) -> list[tuple]:
+def _arch_block(arch: str, no_sockets: bool, sealed: bool = False) -> list[tuple]:
     """The instructions for one architecture, from loading ``nr`` to a return on every path."""
     numbers = SYSCALLS[arch]
     eperm, enosys = RET_ERRNO | errno.EPERM, RET_ERRNO | errno.ENOSYS
@@ -146,6 +170,12 @@ def _arch_block(arch: str, no_sockets: bool) -> list[tuple]:
     block += [_op(JEQ_K, numbers["clone3"], 0, 1), _op(RET_K, enosys)]
     if no_sockets:
         block += [_op(JEQ_K, numbers["socket"], 0, 1), _op(RET_K, eperm)]
+    if sealed:
+        for name in SEALED:
+            block += [_op(JEQ_K, numbers[name], 0, 1), _op(RET_K, eperm)]
+        # prctl: the option is the first argument; every path of this part returns
+        block += [_op(JEQ_K, numbers["prctl"], 0, 4), _op(LD_W_ABS, ARGS_OFFSET),
+                  _op(JEQ_K, PR_SET_DUMPABLE, 0, 1), _op(RET_K, eperm), _op(RET_K, RET_ALLOW)]
     # socket and socketpair: the family is the first argument; allowed ones return at once
     families = list(SOCKET_FAMILIES.values())
     for call in ("socket", "socketpair"):
@@ -176,11 +206,12 @@ def _arch_block(arch: str, no_sockets: bool) -> list[tuple]:
     return block
 
 
-def instructions(no_sockets: bool = False) -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k) instructions (``no_sockets``: socket() denied too)."""
+def instructions(no_sockets: bool = False, sealed: bool = False) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions (``no_sockets``: socket() denied too;
+    ``sealed``: exec and PR_SET_DUMPABLE denied too)."""
     program = [_op(LD_W_ABS, ARCH_OFFSET)]
     for arch, audit in ARCHES.items():
-        block = _arch_block(arch, no_sockets)
+        block = _arch_block(arch, no_sockets, sealed)
         if len(block) > 255:                       # a conditional jump reaches 255 instructions
             raise ValueError(f"the {arch} block is too long for one jump ({len(block)})")
         program += [_op(JEQ_K, audit, 0, len(block))] + block
@@ -188,18 +219,18 @@ def instructions(no_sockets: bool = False) -> list[tuple[int, int, int, int]]:
     return program
 
 
-@functools.lru_cache(maxsize=2)
-def program(no_sockets: bool = False) -> bytes:
+@functools.lru_cache(maxsize=4)
+def program(no_sockets: bool = False, sealed: bool = False) -> bytes:
     """The filter as the kernel reads it: an array of ``struct sock_filter {u16 code; u8 jt;
     u8 jf; u32 k}``, in this machine's byte order."""
-    return b"".join(struct.pack("=HBBI", *ins) for ins in instructions(no_sockets))
+    return b"".join(struct.pack("=HBBI", *ins) for ins in instructions(no_sockets, sealed))
 
 
-def program_fd(no_sockets: bool = False) -> int:
+def program_fd(no_sockets: bool = False, sealed: bool = False) -> int:
     """A descriptor to read the program from, at its start (bubblewrap's ``--seccomp FD``,
     the supervisor's ``--seccomp-fd``): an anonymous file, nothing on any disk."""
     fd = os.memfd_create("kvgrader-seccomp", 0)
-    os.write(fd, program(no_sockets))
+    os.write(fd, program(no_sockets, sealed))
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 

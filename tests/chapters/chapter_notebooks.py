@@ -1,28 +1,53 @@
-"""Executing a chapter notebook as the site build does, and reading back what it glued.
+"""The chapter notebooks as their tests read them: executed, their glued values, their text.
 
-Shared by the chapter test files (a module beside them, not a conftest, so each test file
-says where its helpers come from).
+Each chapter is executed once, by the book's build (``make book``, which fails on any cell
+error); the tests read the notebooks it leaves in _build/jupyter_execute.  ``execute`` runs a
+notebook here only for what the build does not show: a chapter on a machine unlike this one.
+
+Shared by the chapter test files, one per notebook of book/chapters (a module beside them, not a
+conftest, so each test file says where its helpers come from).
 """
 import ast
-import os
-
-import nbformat
 import importlib.util
+import json
+import os
+import re
+from functools import lru_cache
 from pathlib import Path
 
+import nbformat
+import pytest
 from nbclient import NotebookClient
 
-_spec = importlib.util.spec_from_file_location(
-    "sphinx_execution", Path(__file__).resolve().parents[2] / "tools" / "sphinx_execution.py")
+ROOT = Path(__file__).resolve().parents[2]
+CHAPTERS = ROOT / "book" / "chapters"
+#: Every chapter notebook of the book, by file name without ".ipynb".
+CHAPTER_NAMES = sorted(p.stem for p in CHAPTERS.glob("*.ipynb"))
+
+#: A glue role in a chapter's Markdown ({glue:text}`name`, {glue:md}`name:format`): its name.
+GLUE_ROLE = re.compile(r"\{glue:(?:text|md)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
+
+_spec = importlib.util.spec_from_file_location("sphinx_execution", ROOT / "tools" / "sphinx_execution.py")
 sphinx_execution = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sphinx_execution)
 
 
+def chapter_path(name):
+    """book/chapters/NAME.ipynb, NAME without its suffix ("05_batches")."""
+    return CHAPTERS / f"{name}.ipynb"
+
+
+def glue_prefix(name):
+    """The prefix every glue key of a chapter starts with: "ch5_" for 05_batches, "appx_" for the
+    appendix."""
+    number = name.split("_", 1)[0]
+    return f"ch{int(number)}_" if number.isdigit() else "appx_"
+
+
 def execute(path, extra_env=None):
-    """Run a notebook in book/chapters, as the site build does: without MPLBACKEND in the
-    kernel's environment (with Agg, plt.show() would draw nothing), so figures are inline.
-    ``extra_env`` adds to the kernel's environment (a PYTHONPATH with a sitecustomize that
-    pretends to be another machine, say)."""
+    """Run a notebook as the site build does: without MPLBACKEND in the kernel's environment (with
+    Agg, plt.show() would draw nothing), so figures are inline.  ``extra_env`` adds to the kernel's
+    environment (a PYTHONPATH with a sitecustomize that pretends to be another machine, say)."""
     nb = nbformat.read(path, as_version=4)
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     env.update(extra_env or {})
@@ -32,8 +57,53 @@ def execute(path, extra_env=None):
     return nb
 
 
+#: Where the book's build (``make book``) leaves every notebook it executed, as
+#: ``_build/jupyter_execute/book/chapters/NAME.ipynb``, with the values it glued beside it in
+#: ``NAME.glue.json`` (myst-nb takes the glue outputs out of the notebook it writes).
+BUILD = ROOT / "_build" / "jupyter_execute"
+
+
+@lru_cache(maxsize=None)
+def _executed(path):
+    relative = path.resolve().relative_to(ROOT).with_suffix("")
+    built = BUILD / relative.with_suffix(".ipynb")
+    glue = BUILD / relative.with_suffix(".glue.json")
+    if not built.exists() or not glue.exists():
+        pytest.fail(f"the book was not built: {built.relative_to(ROOT)} is missing. The chapter tests read the "
+                    "notebooks the book's build executed: run `make book` first (`make test` does).", pytrace=False)
+    nb = nbformat.read(built, as_version=4)
+    stored = nbformat.read(path, as_version=4)
+    if [c.source for c in nb.cells] != [c.source for c in stored.cells]:
+        pytest.fail(f"{built.relative_to(ROOT)} was executed from an older {relative}.ipynb: run `make book` again.",
+                    pytrace=False)
+    return nb, glued_values(json.loads(glue.read_text()))
+
+
+def executed(path):
+    """(the notebook as the book's build executed it, {glue key: value}) of a chapter in
+    book/chapters; fails, saying so, when the book was not built or was built from an older
+    notebook."""
+    return _executed(Path(path))
+
+
+def glued_values(glue):
+    """{key: value} of a build's glue file ({key: the glued output}): the Markdown of prose glued
+    with ``glue_prose``, else the text/plain repr, evaluated when it is a Python literal, else the text."""
+    values = {}
+    for name, out in glue.items():
+        data = out["data"]
+        if "text/markdown" in data:
+            values[name] = data["text/markdown"]
+            continue
+        try:
+            values[name] = ast.literal_eval(data["text/plain"])
+        except (ValueError, SyntaxError):
+            values[name] = data["text/plain"]
+    return values
+
+
 def glued(nb):
-    """{key: value} of every glue in an executed notebook: its Markdown for prose glued with
+    """{key: value} of every glue in a notebook executed here (``execute``): its Markdown for prose glued with
     ``glue_prose``, else its text/plain repr, evaluated when it is a Python literal, else the text."""
     values = {}
     for cell in nb.cells:
@@ -56,6 +126,52 @@ def glued(nb):
     return values
 
 
+def markdown(nb):
+    """The notebook's Markdown cells, joined."""
+    return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+
+
+def glue_references(nb):
+    """The names of every glue role in the notebook's Markdown."""
+    return set(GLUE_ROLE.findall(markdown(nb)))
+
+
+def assert_glue_references_resolve(nb, values, prefix=""):
+    """Every glue role of the notebook's text whose name starts with ``prefix`` names a glued
+    value, and there is at least one; returns those names."""
+    names = {name for name in glue_references(nb) if name.startswith(prefix)}
+    assert names, f"no {prefix}* glue in the text"
+    assert names <= set(values), f"referenced but never glued: {sorted(names - set(values))}"
+    return names
+
+
+def errors(nb):
+    """The error outputs of an executed notebook."""
+    return [out for cell in nb.cells for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+
+
+def figures(nb):
+    """How many PNG figures an executed notebook drew."""
+    return sum("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def number(text):
+    """A glued figure as a float: "1,234" -> 1234.0, "56%" -> 56.0."""
+    return float(str(text).replace(",", "").rstrip("%"))
+
+
+def numbers(text):
+    """The numbers in a glued display string such as '(0.248, 0.248, 0.503)'."""
+    return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", text)]
+
+
+def answer_cell(nb):
+    """The one cell of an exercise notebook tagged "answer"."""
+    tagged = [c for c in nb.cells if "answer" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, "exactly one cell is tagged 'answer'"
+    return tagged[0]
+
+
 SELF_CHECK = "## Self-check questions"
 
 
@@ -66,9 +182,7 @@ def self_check_pairs(nb):
     ``:class: dropdown``, chapter 1's form).  A question is answered right below when the next
     thing after it is its toggle, before the next question; answers collected after all the
     questions ("{dropdown} Answer 3") count for none."""
-    import re
-
-    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    md = markdown(nb)
     if SELF_CHECK not in md:
         return []
     section = md.split(SELF_CHECK, 1)[1]

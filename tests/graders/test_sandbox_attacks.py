@@ -462,3 +462,27 @@ def test_held_comes_from_what_the_harness_process_reported(mode_class):
     assert not nothing["own_user"] and not nothing["seccomp"]
     if mode_class == "Subreaper":          # its "no network" is the filter's: without it, none
         assert nothing["no_network"] is False
+
+
+def test_the_sealed_filter_denies_exec_and_becoming_dumpable_and_only_those():
+    """The weakest fallback's filter (``sealed``): no exec and no PR_SET_DUMPABLE (the two ways a
+    process of the run would make its /proc files, its OOM score among them, its own again);
+    every other prctl stays allowed; the other modes' filters allow an exec.  memfd is denied by
+    every filter."""
+    eperm = seccomp.RET_ERRNO | errno.EPERM
+    sealed, plain = seccomp.instructions(no_sockets=True, sealed=True), seccomp.instructions()
+    for arch, audit in seccomp.ARCHES.items():
+        numbers = seccomp.SYSCALLS[arch]
+        for name in ("execve", "execveat"):
+            assert seccomp.run_filter(sealed, numbers[name], audit) == eperm, (arch, name)
+            assert seccomp.run_filter(plain, numbers[name], audit) == seccomp.RET_ALLOW, (arch, name)
+        assert seccomp.run_filter(sealed, numbers["prctl"], audit, (4, 1)) == eperm            # PR_SET_DUMPABLE
+        for option in (1, 15, 16, 36, 38):      # PDEATHSIG, SET_NAME, GET_NAME, SUBREAPER, NO_NEW_PRIVS
+            assert seccomp.run_filter(sealed, numbers["prctl"], audit, (option, 1)) == seccomp.RET_ALLOW, option
+        for program in (sealed, plain):
+            for name in ("memfd_create", "memfd_secret", "shmget", "mq_open"):
+                assert seccomp.run_filter(program, numbers[name], audit) == eperm, (arch, name)
+        assert seccomp.run_filter(sealed, numbers["socket"], audit, (1,)) == eperm
+        read = {"x86_64": 0, "aarch64": 63}[arch]
+        assert seccomp.run_filter(sealed, read, audit) == seccomp.RET_ALLOW
+    assert len(seccomp.program(True, True)) == 8 * len(sealed)

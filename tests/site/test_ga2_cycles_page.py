@@ -2,7 +2,7 @@
 and what it shows at each context length and for each program must be what the cycle model says.
 
 The expected figures are computed here from ``ga2.attn``'s programs and the cycle model (the
-chapter's own numbers are pinned in tests/chapters/test_9_10.py), split where the scratchpad plan
+chapter's own numbers are pinned in tests/chapters/test_10_decode_on_ga2.py), split where the scratchpad plan
 ends, and read back from the page as a reader sees them: the step's table, the generation's
 table, the two ratios, the heading, the marked position on the line chart.
 """

@@ -14,21 +14,18 @@ states is pinned.
   the tokenizer, and the prefix hits, the prefill saved and the blocks in use counted from those
   token streams by a plain simulation that knows nothing of hashes or of the allocator.
 """
-from __future__ import annotations
-
+import json
 import math
-import re
 from collections import deque
-from pathlib import Path
 
 import pytest
 
-from chapter_notebooks import execute, glued
+from chapter_notebooks import (ROOT, assert_glue_references_resolve, chapter_path, errors, executed,
+                               glue_references)
 from coursebook import times_word
 
-ROOT = Path(__file__).resolve().parents[2]
-CH6 = ROOT / "book" / "chapters" / "06_paged_cache.ipynb"
-GLUE_ROLE = re.compile(r"\{glue:(?:text|md)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
+CH6 = chapter_path("06_paged_cache")
+
 
 # the walk-through, by hand: 8 blocks of 4; A takes 0, 1 (6 positions), B takes 2, 3, 4 (9);
 # the free queue is then 5, 6, 7.  A fork takes nothing; A2's write copies A's partial block 1
@@ -42,23 +39,20 @@ BY_HAND = {"ch6_a_table": "[0, 1]", "ch6_b_table": "[2, 3, 4]", "ch6_first_free"
            "ch6_q1_blocks": 7, "ch6_q1_empty": 12, "ch6_q2_block_kib": "2,048", "ch6_q2_seq_mib": "256",
            "ch6_q2_worst_kib": "1,920", "ch6_prefix_blocks": 20, "ch6_max_len_fit": 8,
            "ch6_pool_positions": "16,384", "ch6_requests": 128}
+
 PUBLISHED = {"ch6_vllm_existing": "60% to 80%", "ch6_vllm_paged": "under 4%", "ch6_vllm_throughput": "2 to 4 times",
              "ch6_sharegpt_prompt": 161, "ch6_sharegpt_output": 338}
 
 
 @pytest.fixture(scope="module")
 def chapter():
-    nb = execute(CH6)
-    return nb, glued(nb)
+    return executed(CH6)
 
 
-def test_the_chapter_runs_and_every_glued_name_is_glued(chapter):
+def test_the_chapter_runs_and_every_glued_figure_is_used(chapter):
     nb, values = chapter
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
-    used = {m for c in nb.cells if c.cell_type == "markdown" for m in GLUE_ROLE.findall(c.source)}
-    assert used - set(values) == set(), "the text uses figures the notebook never glued"
-    assert set(values) - used == set(), "glued figures the text never uses"
+    assert not errors(nb)
+    assert set(values) - glue_references(nb) == set(), "glued figures the text never uses"
 
 
 def test_the_walk_through_and_the_self_check_give_the_numbers_worked_out_by_hand(chapter):
@@ -167,10 +161,14 @@ def test_the_chapter_links_its_exercise_and_teaches_the_allocator_by_its_calls()
 REAL_SYSTEM = ("You are the help desk of a course on how language models generate text: "
                "tokens, attention, the KV cache, batches and memory. Answer the learner's "
                "question in one short sentence, in plain English.")
+
 REAL_QUESTIONS = ["What does the KV cache store?", "What is a language model?",
                   "What is a token?", "What is a prompt?",
                   "Why is generating text slow?", "Why do long prompts need more memory?"]
+
 REAL_ARRIVALS = [0, 0, 3, 7, 12, 17]
+
+
 REAL_BLOCK, REAL_MAX_NEW = 16, 24
 
 
@@ -276,3 +274,19 @@ def test_the_real_replies_are_shown_as_text_under_their_questions(chapter):
         assert f"{i}. {q} (arrives at step {REAL_ARRIVALS[i]})" in lines
     replies = [line for line in lines if line.startswith("  ")]
     assert len(replies) >= len(REAL_QUESTIONS) and all(line.strip() for line in replies)
+
+
+def test_ch6_waiting_trades_first_token_for_fuller_steps(chapter):
+    nb, g = chapter
+    assert_glue_references_resolve(nb, g, "ch6_wait_")
+    assert (g["ch6_wait_low_rate"], g["ch6_wait_high_rate"]) == (f"{1 / 8:.3f}", f"{1 / 2:.1f}")
+    # no window: every request is admitted, and makes its first token, in its arrival step
+    assert g["ch6_wait_ttft_0"] == "0.00"
+    # a window of 32 steps holds a request 16 steps on average (less: arrivals on a multiple wait 0)
+    for key in ("ch6_wait_low_ttft_32", "ch6_wait_high_ttft_32"):
+        assert 8 < float(g[key]) < 32, key
+    # 16 requests of 8 tokens: at most 16 tokens a step; the window fills the steps
+    assert 1 <= float(g["ch6_wait_low_fill_0"]) < float(g["ch6_wait_low_fill_32"]) <= 16
+    assert 1 <= float(g["ch6_wait_high_fill_0"]) < float(g["ch6_wait_high_fill_32"]) <= 16
+    assert float(g["ch6_wait_ms_32"]) > 0
+    assert g["ch6_wait_measured"].startswith("Measured on the machine that built this page")

@@ -1,7 +1,7 @@
 """Chapter 8 (one kernel over a fixed buffer), its exercise blocked_decode and the exercise's
 public checks.
 
-The chapter is executed once as the site build does (and once more as if on a one-core machine
+The chapter is read as the book's build executed it (and executed once more as if on a one-core machine
 with little free memory); the numbers its text states through glue are read back and pinned:
 the note's figures (a 32-token prompt, head size 8, a decode step at 33, a buffer of 4096 rows),
 the counts that follow from them, and agreement with plain attention to float64 rounding.
@@ -11,18 +11,19 @@ agreeing with the figures; no speed is asserted.
 import math
 import os
 import re
-from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import execute, glued
+from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, chapter_path, errors,
+                               execute, executed, figures, glued, markdown)
+from coursebook import times_word
+from graders.answer_leaks import leaks_in_notebook
 from public_checks import evaluate, run_checks
 
-ROOT = Path(__file__).resolve().parents[2]
-CH8 = ROOT / "book" / "chapters" / "08_one_kernel.ipynb"
-GLUE_ROLE = re.compile(r"\{glue:(?:text|md)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
+CH8 = chapter_path("08_one_kernel")
+
 
 # The note: a 32-token prompt and head size 8; blocks of 16 read the prefill in 2 blocks and the
 # decode step at 33 in 3 (two full, one holding row 32); the buffer's other 4096 - 33 rows unread.
@@ -34,24 +35,17 @@ EXACT = {"ch8_prefill_blocks": 2, "ch8_decode_blocks": 3, "ch8_unused_rows": "4,
          "ch8_q2_note": 5, "ch8_q2_right": 4,
          "ch8_paged_visited": 4, "ch8_paged_masked": 3, "ch8_long_positions": "65,536",
          "ch8_max_workers": 8, "ch8_min_blocks": 4, "ch8_repeats": 7}
+
 ROUNDING = ["ch8_err_prefill", "ch8_err_decode", "ch8_err_both_nan", "ch8_err_novalue_old", "ch8_random_err",
             "ch8_err_chunks", "ch8_transposed_gap", "ch8_split_gap", "ch8_paged_err"]
+
 MEASURED = ["ch8_long_speedup", "ch8_long_overhead", "ch8_short_speedup", "ch8_exit_short_ms",
             "ch8_full_short_ms", "ch8_exit_ratio", "ch8_exit_slope", "ch8_full_long_ratio"]
 
 
 @pytest.fixture(scope="module")
 def ch8():
-    nb = execute(CH8)
-    return nb, glued(nb)
-
-
-def figures(nb):
-    return sum("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
-
-
-def errors(nb):
-    return [out for cell in nb.cells for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    return executed(CH8)
 
 
 def warnings_printed(nb):
@@ -146,14 +140,6 @@ def test_the_split_k_example_says_the_splits_its_table_shows(ch8):
     assert "split {glue:text}`ch8_split_counts` ways" in text and "1 to 8 ways" not in text
 
 
-def test_every_glue_reference_is_glued_and_prefixed(ch8):
-    _, g = ch8
-    nb = nbformat.read(CH8, as_version=4)
-    refs = {k for c in nb.cells if c.cell_type == "markdown" for k in GLUE_ROLE.findall(c.source)}
-    assert refs and refs <= set(g), f"referenced but never glued: {sorted(refs - set(g))}"
-    assert all(k.startswith("ch8_") for k in g), [k for k in g if not k.startswith("ch8_")]
-
-
 def test_the_committed_chapter_has_no_outputs_and_no_seed():
     nb = nbformat.read(CH8, as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
@@ -183,12 +169,6 @@ def test_the_chapter_is_in_the_table_of_contents_after_chapter_4():
 
 
 # ---------------------------------------------------------------- the exercise notebooks
-
-
-def answer_cell(nb):
-    tagged = [c for c in nb.cells if "answer" in c.metadata.get("tags", [])]
-    assert len(tagged) == 1, "exactly one cell is tagged 'answer'"
-    return tagged[0]
 
 
 @pytest.mark.parametrize("folder", ["exercises", "solutions"])
@@ -279,3 +259,14 @@ def test_the_stored_public_check_data_agrees_with_the_kernel():
     assert not np.allclose(DATA["garbage"]["mistakes"]["no_length_mask"], DATA["garbage"]["expected"])
     for case in DATA["counts"]:
         assert case["visited"] == math.ceil(case["seq_len"] / case["block"])
+
+
+def test_ch8_nrepeats_early_exit(ch8):
+    nb, g = ch8
+    assert_glue_references_resolve(nb, g, "ch8_rep_")
+    # 1,025 rows in blocks of 256, 4 passes of 64: 5 blocks; the last holds 1 row, so 1 pass of it
+    # runs (63 of its rows masked) instead of 4 (255 masked)
+    assert (g["ch8_rep_whole"], g["ch8_rep_early"]) == (str(5 * 4), str(4 * 4 + 1))
+    assert (g["ch8_rep_masked"], g["ch8_rep_masked_whole"]) == ("63", "255")
+    assert g["ch8_rep_saved"] == f"{1 - 17 / 20:.0%}" == "15%"
+    assert "`nRepeats` passes" in markdown(nb)

@@ -1,6 +1,6 @@
 """Chapter 11, testing the tests: the mutation table run on the page, and its figures.
 
-The notebook is executed once (module-scoped fixture, as the site build runs it); the numbers
+The notebook is read as the book's build executed it; the numbers
 its text states through glue are read back and pinned against the figures of the mutation study
 the chapter reproduces (the course on the GA-2 accelerator that ran the same 23 mutants against
 the same three checks), written here as constants.  The page must also keep the course's rule:
@@ -9,17 +9,15 @@ a graded function.
 """
 import inspect
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from chapter_notebooks import execute, glued
+from chapter_notebooks import chapter_path, executed, figures, markdown
 from graders.answer_leaks import graded_functions, leaks_in_notebook
 
-ROOT = Path(__file__).resolve().parents[2]
-CH11 = ROOT / "book" / "chapters" / "11_testing_the_tests.ipynb"
-GLUE_ROLE = re.compile(r"\{glue:(?:text|md)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
+CH11 = chapter_path("11_testing_the_tests")
+
 
 # The mutation study's figures: 23 mutants; (b) catches 21, (c) 15, (d) 22, every one caught by
 # at least one; the two equivalent changes by none.  (c) misses eight, "all eight are scale
@@ -28,15 +26,17 @@ GLUE_ROLE = re.compile(r"\{glue:(?:text|md)?\}`([A-Za-z0-9_]+)(?::[^`]*)?`")
 STUDY = {"ch11_n": 23, "ch11_b": 21, "ch11_c": 15, "ch11_d": 22, "ch11_any": 23, "ch11_eq": 2,
          "ch11_eq_caught": 0, "ch11_b_missed": 2, "ch11_c_missed": 8, "ch11_d_missed": 1,
          "ch11_c_scale_only": 8, "ch11_bound": 0.12}
+
 STUDY_D_MISS = "the output is stored from the int32 accumulators"
+
+
 # The checks' loops: lengths 1, 2, 5, 9, 16, 24, four examples each; the plan holds 32 tokens.
 LENGTHS = (1, 2, 5, 9, 16, 24)
 
 
 @pytest.fixture(scope="module")
 def ch11():
-    nb = execute(CH11)
-    return nb, glued(nb)
+    return executed(CH11)
 
 
 def test_the_mutation_table_is_the_studys(ch11):
@@ -83,11 +83,8 @@ def test_only_a_whole_loop_sees_the_missing_append(ch11):
     assert g["ch11_append_alone"] == g["ch11_append_L"]  # and each step alone looks fine
 
 
-def test_every_glue_reference_is_glued_and_the_page_ends_as_a_chapter_does(ch11):
-    nb, g = ch11
-    used = {m for c in nb.cells if c.cell_type == "markdown" for m in GLUE_ROLE.findall(c.source)}
-    assert used and used <= set(g), sorted(used - set(g))
-    assert all(key.startswith("ch11_") for key in g)
+def test_the_page_ends_as_a_chapter_does(ch11):
+    nb, _ = ch11
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert "## Self-check questions" in text and text.count(":class: dropdown") >= 5
     assert "(../../exercises/mutants.ipynb)" in text
@@ -131,3 +128,14 @@ def test_the_page_shows_changes_never_the_builders_code(ch11):
     elsewhere = [m for m in MUTANTS if enclosing_function(m) == "_cached_head"]
     assert elsewhere and all(m.anchor.strip() in page for m in elsewhere)
     assert not re.search(r"\bseeds?\b", page, flags=re.IGNORECASE)
+
+
+def test_ch11_bound_against_twice_the_worst(ch11):
+    nb, g = ch11
+    # the GA-2 notes: a 12% bound, "twice the worst error"; the correct builder's worst is 6.44%
+    assert g["ch11_worst_exact"] == "6.44%"
+    assert g["ch11_twice_worst"] == f"{2 * 6.44:.1f}%"
+    assert g["ch11_bound_percent"] == "12%"
+    assert f"{0.12 / 0.0644:.1f}" == "1.9" and round(g["ch11_bound_ratio"], 1) == 1.9
+    text = markdown(nb)
+    assert "one head of one\nlayer, with no normalisation and no feed-forward block" in text
