@@ -26,6 +26,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from . import registry
+
 __all__ = ["STATUSES", "make_result", "write_json", "write_text", "format_text", "test_entry", "clean",
            "clean_text", "zero_result", "grader_failed", "printable", "one_line"]
 
@@ -122,7 +124,6 @@ def zero_result(exercise: str | None, status: str, output: str, test_output: str
                 sha256: str = "", execution_time: float = 0.0, extra: dict | None = None) -> dict:
     """A result that grades nothing: every test of ``exercise`` (when the grader knows it) at zero
     with ``test_output``, ``output`` as the summary, so that the maximum score stays right."""
-    from . import registry                # the registry imports every exercise: only when needed
     tests, fingerprint = [], ""
     try:
         tests = [test_entry(i.name, i.points, False, test_output, i.visibility) for i in registry.items(exercise)]
@@ -140,7 +141,7 @@ def grader_failed(exercise: str | None, why: str, *, submission: str = "", sha25
     what ``grade``, ``batch`` and the command line all give."""
     extra = {"grader_traceback": clean_text(traceback[-4000:])} if traceback else None
     return zero_result(exercise, "grader_error",
-                       f"The grader itself failed ({clean_text(why, 2_000)}); this is not your fault. "
+                       f"The grader itself failed ({_cap(one_line(why), 2_000)}); this is not your fault. "
                        "Please tell the course staff.", "not graded: the grader failed",
                        submission=submission, sha256=sha256, execution_time=execution_time, extra=extra)
 

@@ -27,15 +27,20 @@ def describe(mode: str, why: str, held: dict) -> str:
     else:
         parts.append("the grader's own user id (it could signal the grader)")
     if held.get("seccomp"):
+        weakest = held.get("subreaper") and not held.get("pid_namespace")
         parts.append("a seccomp filter (no keyrings, namespaces, io_uring, ptrace, mounts, bpf, "
-                     "file locks, file watches, mincore, System V IPC" + (", sockets" if held.get("no_network") and not held.get("pid_namespace")
-                                       else "") + ")")
+                     "file locks, file watches, mincore, memfd" + (", exec" if weakest else "") + ", System V IPC"
+                     + (", sockets" if held.get("no_network") and not held.get("pid_namespace") else "") + ")")
     else:
         parts.append("no seccomp filter")
     if held.get("cgroup"):
         parts.append("one memory limit and process count for all its processes (a cgroup, killed at the end)")
     else:
         parts.append("a memory limit per process (no cgroup)")
+    if held.get("subreaper") and not held.get("pid_namespace") and held.get("own_user") and held.get("seccomp"):
+        parts.append("its processes the kernel's first to kill when memory runs out, which it cannot undo, "
+                     "and its files in /tmp, /dev/shm and the other memory-backed folders stopped past the "
+                     "room of a private /tmp and /dev/shm")
     if held.get("no_network"):
         parts.append("no network" if held.get("pid_namespace") else "no network (sockets denied)")
     else:

@@ -16,9 +16,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, chapter_path, errors,
-                               execute, executed, figures, glued, markdown)
-from graders.answer_leaks import leaks_in_notebook
+from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, assert_says_how_much_faster,
+                               chapter_path, errors, execute, executed, figures, glued, markdown)
+from coursetools.answer_leaks import leaks_in_notebook
 from public_checks import evaluate, run_checks
 
 CH8 = chapter_path("08_one_kernel")
@@ -71,36 +71,44 @@ def test_every_variant_agrees_with_plain_attention_to_rounding(ch8):
     assert g["ch8_split_L"] == g["ch8_lse_direct"]     # the combine's L, against the scores' own
 
 
+def assert_says_how_much_faster_or_noise(words, ratio):
+    """A ratio of two times measured on a shared machine: within 15% of 1 (give or take the
+    glue's two decimals) the page calls it noise and states the ratio; beyond, it says how much
+    faster or slower, as every page does."""
+    if 1 / 1.15 + 0.005 < ratio < 1.15 - 0.005:
+        assert words == f"no faster or slower, within the noise (a ratio of {ratio:.2f}), than", (words, ratio)
+    elif words.startswith("no faster or slower, within the noise"):
+        assert 1 / 1.15 - 0.005 <= ratio <= 1.15 + 0.005, (words, ratio)
+    else:
+        assert_says_how_much_faster(words, ratio, shown_ratio_decimals=2)
+
+
 def test_the_measurements_are_stated_and_their_words_agree(ch8):
-    from coursebook import noise_times_word
-    from lessons.kernel_timing import plan_split_k
-    from lessons.machine_facts import read_machine
+    """The split-K plan as the page states it (one thread per usable core, at most 8, and at least
+    2 chunks; a short context of 1,024 positions, a long one, and one read from main memory when it
+    fit), and the words of each measured ratio (one pass's time over the split's) against the ratio."""
     nb, g = ch8
     for key in MEASURED:
         value = float(str(g[key]).replace(",", ""))
         assert math.isfinite(value) and value > 0, key
-    plan = plan_split_k(read_machine())
-    assert g["ch8_workers"] == plan.workers and g["ch8_splits"] == plan.splits
-    assert g["ch8_positions"] == f"{plan.context('long').positions:,}" and g["ch8_contexts"] == len(plan.contexts)
-    speedup = float(g["ch8_long_speedup"])
-    # the words of a ratio measured on a shared machine, noise within 15% of 1, from the glued
-    # ratio give or take its rounding
-    def words_of(ratio):
-        return {noise_times_word(ratio + delta) for delta in (-0.005, 0.0, 0.005)}
-    assert g["ch8_split_word"].strip() in words_of(speedup)
+    workers = g["ch8_workers"]
+    assert 1 <= workers <= 8 and g["ch8_splits"] == max(2, workers)
+    memory_measured = g["ch8_memory_speedup"] != "not measured"
+    assert g["ch8_contexts"] == (3 if memory_measured else 2)
     found = g["ch8_split_found"]
-    if not plan.parallel:
+    if workers == 1:
         assert "one core only" in found
     else:
-        for c in plan.contexts:
-            assert f"over the {c.label} ({c.positions:,} positions" in found
-        assert ("context read from main memory" in found) == (plan.context("memory") is not None)
-    if plan.context("memory") is not None:
+        assert "over the short context (1,024 positions" in found
+        assert f"over the long context ({g['ch8_positions']} positions" in found
+        assert ("context read from main memory" in found) == memory_measured
+    assert_says_how_much_faster_or_noise(g["ch8_split_word"].strip(), float(g["ch8_long_speedup"]))
+    if memory_measured:
         memory = float(g["ch8_memory_speedup"])
         assert math.isfinite(memory) and memory > 0
-        assert any(("it was " + words) in g["ch8_split_summary"] for words in words_of(memory))
-    else:
-        assert g["ch8_memory_speedup"] == "not measured"
+        said = re.search(r"it was (.+?) one pass", g["ch8_split_summary"])
+        assert said, g["ch8_split_summary"]
+        assert_says_how_much_faster_or_noise(said[1], memory)
     assert g["ch8_split_reading"].endswith(".")
     assert float(g["ch8_split_diff"]) < 1e-4                       # float32
     assert g["ch8_blas_held"].startswith(("before numpy was loaded", "but it reports"))
@@ -151,7 +159,7 @@ def test_the_committed_chapter_has_no_outputs_and_no_seed():
 
 
 def test_the_chapter_shows_no_answer_and_links_the_exercise(ch8):
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch8
     leaks = leaks_in_notebook(nb, "ch8")
     assert not leaks, describe(leaks)

@@ -123,7 +123,8 @@ def test_each_zip_has_gradescopes_layout_and_only_its_exercises_hidden_tests(zip
             assert hidden == ["graders/exercises/__init__.py", "graders/exercises/_scalar.py",
                               f"graders/exercises/{exercise}.py"]
             assert not any(n.split("/")[0] in ("solutions", "exercises", "tests", "kvcache", "coursebook",
-                                               "public_checks", "book") for n in names)
+                                               "public_checks", "book", "coursetools") for n in names)
+            assert "course/catalogue.py" in names          # what the grader knows of the exercises
             pins = archive.read("requirements.txt").decode().split()
             assert "numpy>=1.26,<3" in pins and set(pins) <= requirements
             setup = archive.read("setup.sh").decode()
@@ -261,3 +262,60 @@ def test_a_sandbox_that_refuses_to_run_is_a_result_not_a_crash(tmp_path, monkeyp
         assert on_disk["extra_data"]["status"] == "grader_error"
         assert "as root" in json.dumps(on_disk["extra_data"])
         assert "as root" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------- a killed grader, a forged file
+
+
+def test_results_so_far_say_what_was_graded_and_what_happened():
+    """What results.json holds while grading goes on: the tests judged with their scores, the
+    others at 0, and words for a student that neither blame the notebook nor the course."""
+    from graders import autograder
+    from graders.outcomes import Verdict
+    tests = registry.tests("softmax")
+    verdicts = {tests[0].id: Verdict(True), tests[1].id: Verdict(False, "differs from the expected")}
+    result = autograder.gradescope_result(autograder.interrupted_result("softmax", verdicts, 0.0, "hw.ipynb"))
+    assert_gradescope_format(result)
+    assert result["extra_data"]["status"] == "interrupted"
+    assert result["score"] == tests[0].points
+    assert [t["status"] for t in result["tests"][:2]] == ["passed", "failed"]
+    assert all(t["output"].startswith("not graded: the grading stopped") for t in result["tests"][2:])
+    assert f"2 of {len(tests)} hidden tests were graded" in result["output"]
+    assert "on the course's side" not in result["output"] and "memory" in result["output"]
+
+
+def test_finish_keeps_only_the_graders_results_and_ends_what_the_sandboxes_left(tmp_path):
+    """``--finish``: a results.json the grader wrote is kept (a partial one says so in the log);
+    one of another user (a forged one), a link, or none at all is replaced by a zero that says
+    the grader could not grade; nothing else stays in the folder."""
+    from graders import autograder
+    from graders.results import write_json
+    folder = autograder.prepare_results(tmp_path)
+    assert os.stat(folder).st_mode & 0o077 == 0
+    partial = autograder.gradescope_result(autograder.interrupted_result("softmax", {}, 0.0))
+    write_json(folder / "results.json", partial)
+    (folder / "forged.json").write_text("{}")
+    said = autograder.finish(tmp_path, "softmax")
+    assert any("holds the tests graded until then" in line for line in said)
+    assert sorted(os.listdir(folder)) == ["results.json"]
+    assert json.loads((folder / "results.json").read_text()) == json.loads(json.dumps(partial))
+    perfect = {"score": 14.0, "tests": [], "output": "All passed."}
+    for forge in ("other user", "link", "none"):
+        target = folder / "results.json"
+        target.unlink(missing_ok=True)
+        if forge == "other user":
+            target.write_text(json.dumps(perfect))
+            if os.geteuid() == 0:
+                os.chown(target, 123_457, 123_457)
+            else:
+                continue
+        elif forge == "link":
+            elsewhere = tmp_path / "perfect.json"
+            elsewhere.write_text(json.dumps(perfect))
+            target.symlink_to(elsewhere)
+        said = autograder.finish(tmp_path, "softmax")
+        written = json.loads(target.read_text())
+        assert not target.is_symlink() and os.stat(target).st_uid == os.geteuid()
+        assert written["score"] == 0 and written["extra_data"]["status"] == "grader_error", forge
+        assert len(written["tests"]) == len(registry.items("softmax"))
+        assert any("could not grade" in line for line in said), said

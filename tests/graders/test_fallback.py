@@ -222,6 +222,8 @@ def test_isolation_detail_names_exactly_what_held():
     swept = describe("subprocess", "unshare and setpriv (util-linux) not installed",
                      none | {"supervisor": True, "subreaper": True, "own_user": True, "seccomp": True,
                              "no_network": True})
+    assert "memfd, exec, System V IPC" in swept and "the kernel's first to kill" in swept
+    assert "exec" not in full and "first to kill" not in full and "memfd" in full
     for words in ("subreaper", "its own user id", "System V IPC, sockets)", "no network (sockets denied)",
                   "as any user sees them", "removed after each run"):
         assert words in swept
