@@ -37,7 +37,7 @@ from .memory import GIB, format_bytes
 
 __all__ = ["Calibration", "calibrate", "product_flops", "score_count", "BatchPlan", "batch_lengths",
            "batch_seconds", "batch_memory", "plan_batch", "ContextPlan", "context_seconds", "plan_contexts", "prefill_times",
-           "step_times_by_batch", "step_times_by_context", "random_prompts", "shrinking_batch_sentence"]
+           "step_times_by_batch", "step_times_by_context", "random_prompts"]
 
 MEMORY_SHARE = 8                       # a measurement holds at most 1/8 of the free memory
 ASSUMED_FREE_BYTES = 2 * GIB           # when Linux does not say
@@ -360,43 +360,3 @@ def step_times_by_context(model, contexts, repeats: int = 3, seed: int = 0) -> d
         cached.append(_best(step, repeats))
         recompute.append(_best(lambda: model.next_logits(ids), repeats))
     return {"contexts": list(contexts), "cached": cached, "recompute": recompute}
-
-
-def shrinking_batch_sentence(rows, seconds, flops, noise: float = 0.15) -> str:
-    """What the times of one decode step as sequences leave (``rows`` sequences, largest first;
-    ``seconds`` and counted ``flops`` for each) say, in words that follow the measurement: a time
-    within ``noise`` of the full step's is "within the noise", and a drop that comes only at the
-    last size is named as such, not read as a trend."""
-    rows, seconds, flops = list(rows), [float(t) for t in seconds], [float(f) for f in flops]
-    if not (len(rows) == len(seconds) == len(flops) >= 2):
-        raise ValueError("one time and one FLOP count for each of at least two batch sizes")
-    if not all(t > 0 for t in seconds) or not all(f > 0 for f in flops):
-        raise ValueError("times and FLOP counts must be positive")
-    share = [t / seconds[0] for t in seconds]
-    flop_share = [f / flops[0] for f in flops]
-    flat = [1 / (1 + noise) <= r <= 1 + noise for r in share]
-
-    def sequences(n):
-        return f"{n} sequence{'s' if n != 1 else ''}"
-
-    if all(flat):
-        return (f"From {sequences(rows[0])} down to {rows[-1]} the time stayed within the noise of the full "
-                f"step's ({min(share):.0%} to {max(share):.0%} of it), while the FLOPs fell to "
-                f"{flop_share[-1]:.0%}: what a step costs here does not shrink with the batch")
-    if all(flat[:-1]) and len(rows) > 2:
-        change = "fell" if share[-1] < 1 else "rose"
-        why = (": a step of one row takes the engine's one-row paths (a plain index into the cache, a norm of "
-               "one row), a change of code rather than of the weights read, which are the same at every batch"
-               if rows[-1] == 1 and change == "fell" else ", at the last size only")
-        return (f"From {sequences(rows[0])} down to {rows[-2]} the time stayed within the noise of the full "
-                f"step's ({min(share[:-1]):.0%} to {max(share[:-1]):.0%} of it) while the FLOPs fell to "
-                f"{flop_share[-2]:.0%}; at {sequences(rows[-1])} it {change} to {share[-1]:.0%}{why}")
-    last, fshare = share[-1], flop_share[-1]
-    if last > fshare * (1 + noise):
-        how = "more slowly than the FLOPs"
-    elif last >= fshare / (1 + noise):
-        how = "about as fast as the FLOPs"
-    else:
-        how = "faster than the FLOPs (a measurement disturbed by other programs on this machine)"
-    return f"The time fell to {last:.0%} of the full step's while the FLOPs fell to {fshare:.0%}: {how}"
-

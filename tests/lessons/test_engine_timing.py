@@ -156,33 +156,3 @@ def test_random_prompts_are_fixed_by_their_seed():
     b = et.random_prompts(CONFIG, [3, 5], seed=4)
     assert [len(p) for p in a] == [3, 5] and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert all(p.max() < 1024 and p.min() >= 0 for p in a)
-
-
-def test_the_shrinking_batch_is_described_by_its_measurement_whichever_way_it_went():
-    rows = [6, 5, 4, 3, 2, 1]
-    flops = [6.0, 5.0, 4.0, 3.0, 2.0, 1.0]               # made up: proportional to the rows
-    # flat from 6 to 2, a third of the time at 1: the one-row path, not a trend
-    flat_then_drop = [3.0, 3.1, 2.9, 3.0, 2.95, 1.0]
-    assert et.shrinking_batch_sentence(rows, flat_then_drop, flops) == (
-        "From 6 sequences down to 2 the time stayed within the noise of the full step's (97% to 103% of it) "
-        "while the FLOPs fell to 33%; at 1 sequence it fell to 33%: a step of one row takes the engine's "
-        "one-row paths (a plain index into the cache, a norm of one row), a change of code rather than of "
-        "the weights read, which are the same at every batch")
-    # flat all the way down
-    assert et.shrinking_batch_sentence(rows, [3.0, 3.0, 3.1, 2.9, 3.0, 2.8], flops) == (
-        "From 6 sequences down to 1 the time stayed within the noise of the full step's (93% to 103% of it), "
-        "while the FLOPs fell to 17%: what a step costs here does not shrink with the batch")
-    # a steady fall, slower than the FLOPs; as fast; faster
-    assert et.shrinking_batch_sentence(rows, [3.0, 2.7, 2.4, 2.1, 1.8, 1.5], flops).endswith(
-        "fell to 50% of the full step's while the FLOPs fell to 17%: more slowly than the FLOPs")
-    assert et.shrinking_batch_sentence(rows, [6.0, 5.0, 4.0, 3.0, 2.0, 1.0], flops).endswith(
-        "about as fast as the FLOPs")
-    assert et.shrinking_batch_sentence(rows, [6.0, 4.0, 2.0, 1.0, 0.5, 0.3], flops).endswith(
-        "faster than the FLOPs (a measurement disturbed by other programs on this machine)")
-    # the last size not 1, or a rise: no one-row explanation
-    assert et.shrinking_batch_sentence([4, 3, 2], [3.0, 3.0, 2.0], [4.0, 3.0, 2.0]).endswith(
-        "at 2 sequences it fell to 67%, at the last size only")
-    with pytest.raises(ValueError):
-        et.shrinking_batch_sentence([1], [1.0], [1.0])
-    with pytest.raises(ValueError):
-        et.shrinking_batch_sentence([2, 1], [1.0, 0.0], [2.0, 1.0])
