@@ -18,7 +18,7 @@ ISSUE = re.compile(r"\bissues?\s*#?\s*\d+|(?<![\w&#/])#\d{1,4}(?!\w)", re.IGNORE
 @pytest.mark.parametrize("doc", DOCS)
 def test_the_files_a_document_names_exist(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
-    named = set(re.findall(r"`((?:tests|tools|bench|kvcache|lessons|coursebook|graders|public_checks|ga2)/[\w/.-]+\.(?:py|json|md|ipynb))`",
+    named = set(re.findall(r"`((?:tests|tools|bench|kvcache|lessons|coursebook|graders|coursetools|course|answers|public_checks|ga2)/[\w/.-]+\.(?:py|json|md|ipynb))`",
                            text))
     named = {n for n in named if "NAME" not in n and "_N_" not in n and "5_6" not in n}
     missing = sorted(n for n in named if not (ROOT / n).exists())
@@ -52,3 +52,15 @@ def test_the_issue_pattern():
     assert ISSUE.search("see issue " + hash_ + "4") and ISSUE.search("fixed in issue" + " 8")
     assert ISSUE.search("(" + hash_ + "12)")
     assert not ISSUE.search('color="#777777"') and not ISSUE.search("# A heading") and not ISSUE.search("&#39;")
+
+
+def test_every_test_the_threat_model_names_exists():
+    """Each row of the grader's threat model names the test that proves its defence
+    (``path::function``): the file defines that function."""
+    text = (ROOT / "graders" / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Threat model", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", section)
+    assert len(named) >= 10
+    missing = [f"{path}::{name}" for path, name in named
+               if not re.search(rf"^def {name}\(", (ROOT / path).read_text(encoding="utf-8"), flags=re.M)]
+    assert not missing, missing

@@ -39,8 +39,16 @@ BY_HAND = {"ch6_a_table": "[0, 1]", "ch6_b_table": "[2, 3, 4]", "ch6_first_free"
            "ch6_q2_worst_kib": "1,920", "ch6_prefix_blocks": 20, "ch6_max_len_fit": 8,
            "ch6_pool_positions": "16,384", "ch6_requests": 128}
 
-PUBLISHED = {"ch6_vllm_existing": "60% to 80%", "ch6_vllm_paged": "under 4%", "ch6_vllm_throughput": "2 to 4 times",
-             "ch6_sharegpt_prompt": 161, "ch6_sharegpt_output": 338}
+# The PagedAttention paper (Kwon et al., 2023), as it states them: the serving systems before it
+# stored token states in only 20.4% to 38.2% of their KV cache memory; vLLM wastes under 4% and
+# serves 2 to 4 times the throughput; its ShareGPT traces average 161.31 prompt and 337.99 output
+# tokens.  The page states the waste to the nearest ten percent, the lengths to the token.
+PAPER_USED = (0.204, 0.382)
+PAPER_SHAREGPT = (161.31, 337.99)
+PUBLISHED = {"ch6_vllm_existing": f"{round(100 * (1 - PAPER_USED[1]), -1):.0f}% to "
+                                  f"{round(100 * (1 - PAPER_USED[0]), -1):.0f}%",
+             "ch6_vllm_paged": "under 4%", "ch6_vllm_throughput": "2 to 4 times",
+             "ch6_sharegpt_prompt": round(PAPER_SHAREGPT[0]), "ch6_sharegpt_output": round(PAPER_SHAREGPT[1])}
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +71,9 @@ def test_the_published_figures_are_stated_as_published_and_the_chapters_workload
     _, values = chapter
     assert {k: values[k] for k in PUBLISHED} == PUBLISHED
     # the workload is drawn with ShareGPT's mean lengths: 128 lognormal draws, whose means land
-    # within 15% of the paper's 161 prompt and 338 output tokens
-    assert abs(number(values["ch6_prompt_mean"]) / 161 - 1) < 0.15
-    assert abs(number(values["ch6_output_mean"]) / 338 - 1) < 0.15
+    # within 15% of the paper's
+    assert abs(number(values["ch6_prompt_mean"]) / PAPER_SHAREGPT[0] - 1) < 0.15
+    assert abs(number(values["ch6_output_mean"]) / PAPER_SHAREGPT[1] - 1) < 0.15
 
 
 def reserved_run(prompts, outputs, held, memory=16384, batch=32):

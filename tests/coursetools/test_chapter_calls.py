@@ -3,11 +3,13 @@ ones it reaches through the engine (chapter 2's decode runs causal attention).""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from graders.chapter_calls import CallGraph, chapter_calls
-from graders.release import _graded_exercises
+from coursetools.chapter_calls import CallGraph, chapter_calls
+from coursetools.release import _graded_exercises
 
-from grader_helpers import ROOT
+ROOT = Path(__file__).resolve().parents[2]
+
 
 GRAPH = CallGraph(ROOT, ["kvcache", "lessons", "coursebook", "ga2"])
 

@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from graders.lab_chapters import GLUE_ROLE, _format_plain, built_notebook
-from grader_helpers import ROOT
+from coursetools.lab_chapters import GLUE_ROLE, _format_plain, built_notebook
 from test_learner_copy import _fill_answers
+
+ROOT = Path(__file__).resolve().parents[2]
 
 CHAPTERS = ("01_attention_by_hand", "02_decode_step", "05_batches", "09_ga2_machine")
 CHROMIUM = os.environ.get("KVCOURSE_CHROMIUM", "/usr/bin/chromium")
@@ -119,8 +120,9 @@ def _open(page, base: str, name: str) -> None:
     page.goto(base + f"lab/tree/book/chapters/{name}.ipynb", wait_until="load", timeout=TIMEOUT_MS)
     page.wait_for_function(KERNEL_JS, timeout=TIMEOUT_MS)
     page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.ready")
-    page.wait_for_function("() => document.querySelectorAll('.jp-MarkdownCell .jp-RenderedMarkdown').length > 3",
-                           timeout=TIMEOUT_MS)
+    page.wait_for_function("() => document.querySelectorAll('.jp-MarkdownCell').length > 3 && "
+                           "document.querySelector('.jp-MarkdownCell h1')", timeout=TIMEOUT_MS)
+    time.sleep(2)                       # the MyST renderer's last cells
 
 
 def _run_all(page) -> list[dict]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 
-from grader_helpers import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 RUNNER = r'''
 import json, re, sys

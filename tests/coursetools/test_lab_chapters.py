@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from graders.lab_chapters import fill_glue, folded_as_on_the_site, glued_text, with_build_outputs
+from coursetools.lab_chapters import fill_glue, folded_as_on_the_site, glued_text, with_build_outputs
 
 VALUES = {"dots": {"text/plain": "'[1.0, 0.5]'"}, "ratio": {"text/plain": "0.123456"},
           "cost": {"text/plain": "'$5 *per* token'"},

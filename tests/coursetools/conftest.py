@@ -7,11 +7,14 @@ import re
 import shutil
 import subprocess
 
+from pathlib import Path
+
 import pytest
 
-from graders.release import make_release
+from coursetools.release import make_release
 
-from grader_helpers import ROOT
+ROOT = Path(__file__).resolve().parents[2]
+
 
 
 def _readme_commands(readme: str) -> list[str]:
