@@ -225,6 +225,12 @@ def stopped(err: BaseException, bound: list[str]) -> bool:
         needs = f"`{err.name}`, which an earlier cell computes with your `{exercise}`"
     elif exercise is not None:
         needs = f"your `{exercise}`"
+    elif _UNAVAILABLE and isinstance(err, Exception):
+        # a cell above stopped half-way for want of an answer (a list it was filling is short):
+        # most likely this error comes from there
+        exercise = sorted(set(_UNAVAILABLE.values()))[0]
+        needs = (f"what a cell above could not finish without your `{exercise}` "
+                 f"(it stopped on {type(err).__name__}: {err})")
     else:
         return False
     for name in bound:

@@ -149,16 +149,19 @@ def folded_as_on_the_site(nb: dict) -> int:
 
 def lab_chapter(nb: dict, built_path: Path | None, where: str = "") -> dict:
     """``nb`` (a chapter's source) as the copy ships it: the build's figures in its Markdown and
-    the build's outputs in its code cells when ``built_path`` exists, the site's hidden cells
-    folded.  Returns a report {"figures": n, "outputs": n, "folded": n}."""
+    the build's outputs in its code cells when ``built_path`` exists and glued every figure the
+    chapter states (a build of an older version is not used), the site's hidden cells folded.  Returns a report {"figures": n, "outputs": n, "folded": n}."""
     figures = outputs = 0
-    if built_path is not None and built_path.is_file():
-        values = glued_values(built_path)
-        for cell in nb.get("cells", []):
-            if cell.get("cell_type") == "markdown":
-                source = _text(cell["source"])
-                figures += len(GLUE_ROLE.findall(source))
-                cell["source"] = fill_glue(source, values, where)
+    values = glued_values(built_path) if built_path is not None and built_path.is_file() else None
+    markdown = [c for c in nb.get("cells", []) if c.get("cell_type") == "markdown"]
+    try:
+        filled = [fill_glue(_text(c["source"]), values, where) for c in markdown] if values is not None else None
+    except KeyError:            # built from an older version of the chapter: none of it is used
+        filled = None
+    if filled is not None:
+        for cell, source in zip(markdown, filled):
+            figures += len(GLUE_ROLE.findall(_text(cell["source"])))
+            cell["source"] = source
         outputs = with_build_outputs(nb, json.loads(built_path.read_text("utf-8")))
     else:
         for cell in nb.get("cells", []):

@@ -550,7 +550,7 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
         shown = lab_chapter(nb, built_notebook(root / "_build", path), f"book/chapters/{path.name}")
         figures += shown["figures"]
         with_outputs += bool(shown["outputs"])
-        if not built_notebook(root / "_build", path).is_file():
+        if not shown["figures"] and not shown["outputs"]:
             unbuilt.append(path.name)
         if _without_left_out(nb, left_out, f"site/book/chapters/{path.stem}.html"):
             to_read.append(path.name)
@@ -573,7 +573,7 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
                   + (f" (cells of {', '.join(to_read)} to read: they need a module left out)" if to_read else ""))
     report.append(f"chapters as the site shows them: {figures} glued figures written into the text, the build's "
                   f"outputs in {with_outputs} chapters"
-                  + (f" (not built, so without them: {', '.join(unbuilt)}; run 'make book')" if unbuilt else "")
+                  + (f" (not built, or built from an older version, so without them: {', '.join(unbuilt)}; run 'make book')" if unbuilt else "")
                   if with_outputs else
                   "chapters: no outputs and glued figures left as roles (the site is not built: run 'make book', "
                   "then 'make release' again)")
