@@ -83,15 +83,21 @@ def arithmetic_intensity(n: int, d: int, bytes_per_value: int) -> float:
     return ops / moved
 
 
-def decode_attention_intensity(t: int, d: int, bytes_per_value: int) -> float:
-    """Operations per byte of ONE decode step of attention for one head over a cache of t tokens.
+def decode_attention_intensity(t: int, d: int, bytes_per_value: int, queries_per_kv_head: int = 1) -> float:
+    """Operations per byte of ONE decode step of attention for one key/value head over a cache of
+    t tokens, read by ``queries_per_kv_head`` query heads (g: 1 for multi-head attention, H / G
+    with grouped-query attention, whose g query heads share each cached key and value).
 
-    Loads q (d values) and the cached K and V (2 t d), stores o (d); computes t dot products of
-    2d ops (scores), 3 t ops (softmax) and a weighted sum of 2 t d ops: (4 d + 3) t operations.
-    About 1 operation per byte in fp16, whatever t is.
+    Loads the g queries (g d values) and the cached K and V (2 t d) once, stores g outputs
+    (g d); each query computes t dot products of 2d ops (scores), 3 t ops (softmax) and a
+    weighted sum of 2 t d ops: g (4 d + 3) t operations over b (2 t d + 2 g d) bytes.  About
+    g operations per byte in fp16, whatever t is: 1 for multi-head attention.
     """
-    ops = (4 * d + 3) * t
-    moved = bytes_per_value * (2 * t * d + 2 * d)
+    g = queries_per_kv_head
+    if not (isinstance(g, int) and g >= 1):
+        raise ValueError(f"queries_per_kv_head must be a whole number >= 1, got {g!r}")
+    ops = g * (4 * d + 3) * t
+    moved = bytes_per_value * (2 * t * d + 2 * g * d)
     return ops / moved
 
 

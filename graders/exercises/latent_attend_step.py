@@ -294,5 +294,4 @@ def make_tests() -> list[Test]:
     ]
 
 
-EXERCISE = Exercise(name="latent_attend_step", chapter=12, functions=(FN,), make_tests=make_tests,
-                    title="One decode step of latent attention, absorbed")
+EXERCISE = Exercise(name="latent_attend_step", make_tests=make_tests)

@@ -116,7 +116,7 @@ def test_the_page_states_its_time_sources_and_text(ch12):
 
 
 def test_the_chapter_shows_no_answer_but_links_its_exercise(ch12):
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch12
     leaks = leaks_in_notebook(nb, "ch12")
     assert not leaks, describe(leaks)

@@ -66,6 +66,17 @@ def test_decode_intensities_are_about_one():
     assert weight_intensity(350) == 350.0
 
 
+def test_grouped_query_attention_multiplies_the_decode_intensity_by_the_group():
+    # SmolLM2: 9 query heads over 3 key/value heads of 64, fp16, 4,096 cached tokens:
+    # 3 (4 * 64 + 3) 4096 / (2 (2 * 4096 * 64 + 2 * 3 * 64)) = 3,182,592 / 1,049,344
+    assert decode_attention_intensity(4096, 64, 2, queries_per_kv_head=3) == pytest.approx(3182592 / 1049344)
+    assert 3.0 < decode_attention_intensity(4096, 64, 2, queries_per_kv_head=3) < 3.04
+    assert decode_attention_intensity(4096, 128, 2, queries_per_kv_head=1) == decode_attention_intensity(4096, 128, 2)
+    for bad in (0, 1.5, -2):
+        with pytest.raises(ValueError):
+            decode_attention_intensity(4096, 64, 2, queries_per_kv_head=bad)
+
+
 def test_time_per_token_exact_and_as_the_seed_printed_it():
     for key, g in GPUS.items():
         t = time_per_token(7e9, 2, g.bandwidth)

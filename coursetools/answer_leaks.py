@@ -8,7 +8,11 @@ module finds the definitions that break that rule in any file a learner can read
   ``NAME = lambda ...`` whose NAME is a graded function;
 * notebooks: the same in every code cell, in the fenced code of Markdown cells and in the text
   of every output (a printed ``inspect.getsource``);
-* HTML pages: the same in every ``<pre>`` block (code cells, their outputs, code in the text).
+* HTML pages: the same in every ``<pre>`` block (code cells, their outputs, code in the text);
+* what the site's exercise pages ship to the browser: zip archives (every member, read as the
+  file it is), gzip files (read as the file inside) and compiled Python (``.pyc``, from another
+  Python version than this one, so not read as code: a graded name anywhere in its bytes counts
+  as a leak).  (JSON data is not read: an exercise page's data is a notebook, ``NAME.ipynb``.)
 
 A definition is allowed when it is a **starter**: its body, after an optional docstring, is one
 ``raise NotImplementedError(...)``.  A signature shown alone (``def f(x):`` and no body, as the
@@ -16,8 +20,8 @@ statement of an exercise shows it) defines nothing and is allowed too.  Text tha
 as Python is read line by line: each ``def NAME(`` there is cut out with the lines indented
 under it and judged the same way; one that cannot be read at all counts as a leak.
 
-The graded names come from the grader's registry (``graders.registry``), so a new exercise is
-covered the day it is registered.  So do the names of the engine's own implementations of an
+The graded names come from the course's catalogue (``course.catalogue``), so a new exercise is
+covered the day it is listed there.  So do the names of the engine's own implementations of an
 answer, the exercise's ``counterparts`` (``"ga2.quant:requant"``: the requantizer the machine
 runs is the ``requant`` exercise): ``protected_names()`` is both, and the default of every
 function here.  ``find_leaks(path)`` is the one call the tests and the release make.
@@ -25,16 +29,24 @@ function here.  ``find_leaks(path)`` is the one call the tests and the release m
 from __future__ import annotations
 
 import ast
+import gzip
 import html
+import io
 import json
 import re
 import textwrap
+import zipfile
+import zlib
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-__all__ = ["Leak", "graded_functions", "Counterpart", "counterparts", "protected_names", "leaks_in_source", "leaks_in_text", "leaks_in_notebook",
-           "leaks_in_html", "find_leaks", "describe"]
+from course.catalogue import Counterpart, counterparts, graded_functions, protected_names
+from course.notebooks import cell_source, is_starter, joined, without_magics
+
+__all__ = ["Leak", "graded_functions", "Counterpart", "counterparts", "protected_names", "is_starter",
+           "leaks_in_source", "leaks_in_text", "leaks_in_notebook", "leaks_in_html", "leaks_in_compiled",
+           "leaks_in_bytes", "find_leaks", "describe"]
 
 
 @dataclass(frozen=True)
@@ -48,82 +60,7 @@ class Leak:
         return f"{self.file}: {self.where}: {self.name}: {self.reason}"
 
 
-def graded_functions() -> frozenset[str]:
-    """Every function name an exercise of the grader's registry grades."""
-    from . import registry
-    return frozenset(fn for name in registry.names() for fn in registry.get(name).functions)
-
-
-@dataclass(frozen=True)
-class Counterpart:
-    """What in the course's packages implements an exercise's answer.
-
-    ``module`` is a dotted module name; ``qualname`` the function in it (``"requant"``,
-    ``"Class.method"``), or "" when the whole module (or sub-package) is the counterpart.
-    """
-
-    exercise: str
-    chapter: int
-    module: str
-    qualname: str = ""
-
-    @property
-    def name(self) -> str:
-        """The function's own name (the last part of ``qualname``), "" for a module."""
-        return self.qualname.rsplit(".", 1)[-1]
-
-    @property
-    def spec(self) -> str:
-        return f"{self.module}:{self.qualname}" if self.qualname else self.module
-
-    def covers_module(self, module: str) -> bool:
-        """A module counterpart covers its module and everything below it."""
-        return not self.qualname and (module == self.module or module.startswith(self.module + "."))
-
-    @classmethod
-    def parse(cls, spec: str, exercise: str, chapter: int) -> "Counterpart":
-        module, _, qualname = spec.partition(":")
-        parts = module.split(".") + (qualname.split(".") if qualname else [])
-        if not module or not all(p.isidentifier() for p in parts) or spec.count(":") > 1 or spec.endswith(":"):
-            raise ValueError(f"exercise {exercise}: counterpart {spec!r} is not 'package.module' "
-                             "or 'package.module:function'")
-        return cls(exercise, chapter, module, qualname)
-
-
-def counterparts() -> tuple[Counterpart, ...]:
-    """Every exercise's counterparts, as the registry declares them."""
-    from . import registry
-    found = []
-    for name in registry.names():
-        exercise = registry.get(name)
-        found += [Counterpart.parse(spec, name, exercise.chapter) for spec in exercise.counterparts]
-    return tuple(found)
-
-
-def protected_names() -> frozenset[str]:
-    """The graded functions and the engine's implementations of them (function counterparts):
-    the names whose definitions must be starters wherever a learner reads them."""
-    return graded_functions() | {c.name for c in counterparts() if c.qualname}
-
-
 # ---------------------------------------------------------------- Python source
-
-
-def _is_docstring(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-def _raises_not_implemented(node: ast.stmt) -> bool:
-    if not isinstance(node, ast.Raise) or node.exc is None:
-        return False
-    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
-
-
-def is_starter(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """The body is one ``raise NotImplementedError(...)``, after an optional docstring."""
-    body = fn.body[1:] if fn.body and _is_docstring(fn.body[0]) else fn.body
-    return len(body) == 1 and _raises_not_implemented(body[0])
 
 
 def _definitions(tree: ast.AST, names: frozenset[str]):
@@ -138,16 +75,11 @@ def _definitions(tree: ast.AST, names: frozenset[str]):
                     yield target.id, node.lineno, False
 
 
-def _strip_magics(source: str) -> str:
-    """IPython lines (``%timeit``, ``!ls``) as blank lines, so the rest parses as Python."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
-
-
 def leaks_in_source(source: str, file: str, where: str = "", names: frozenset[str] | None = None) -> list[Leak]:
     """Leaks in a piece of Python (a module, a code cell)."""
     names = protected_names() if names is None else names
     try:
-        tree = ast.parse(_strip_magics(source))
+        tree = ast.parse(without_magics(source))
     except SyntaxError:
         return leaks_in_text(source, file, where, names)
     prefix = f"{where}, " if where else ""
@@ -220,11 +152,10 @@ def _output_texts(cell: dict):
         if not isinstance(out, dict):
             continue
         if "text" in out:
-            text = out["text"]
-            yield "".join(text) if isinstance(text, list) else str(text)
+            yield joined(out["text"])
         for mime, value in (out.get("data") or {}).items():
             if mime.startswith("text/"):
-                yield "".join(value) if isinstance(value, list) else str(value)
+                yield joined(value)
 
 
 def leaks_in_notebook(nb: dict, file: str, names: frozenset[str] | None = None) -> list[Leak]:
@@ -234,8 +165,7 @@ def leaks_in_notebook(nb: dict, file: str, names: frozenset[str] | None = None) 
     for number, cell in enumerate(nb.get("cells", []) or []):
         if not isinstance(cell, dict):
             continue
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
+        source = cell_source(cell)
         if cell.get("cell_type") == "code":
             leaks += leaks_in_source(source, file, f"cell {number}", names)
         elif cell.get("cell_type") == "markdown":
@@ -285,33 +215,72 @@ def leaks_in_html(page: str, file: str, names: frozenset[str] | None = None) -> 
     return leaks
 
 
+#: The kinds of file the scan reads (by suffix, lower case).
+READ = (".py", ".ipynb", ".html", ".htm", ".md", ".zip", ".gz", ".pyc")
+
+
+def leaks_in_compiled(data: bytes, file: str, names: frozenset[str] | None = None) -> list[Leak]:
+    """A compiled module (``.pyc``) cannot be shown to hold only starters: any graded name in it
+    (a function's name is stored as its text) is a leak."""
+    names = protected_names() if names is None else names
+    return [Leak(file, "compiled code", name, "a compiled module that names a graded function cannot be "
+                 "shown to hold only a starter") for name in sorted(names) if name.encode() in data]
+
+
+def leaks_in_bytes(data: bytes, name: str, label: str, names: frozenset[str] | None = None) -> list[Leak]:
+    """Leaks in the contents ``data`` of a file called ``name`` (its suffix says how to read it)."""
+    names = protected_names() if names is None else names
+    suffix = Path(name).suffix.lower()
+    if suffix == ".gz":
+        inner = name[:-3]
+        if Path(inner).suffix.lower() not in READ:
+            return []                      # a gzipped binary (the site's WebAssembly module)
+        try:
+            return leaks_in_bytes(gzip.decompress(data), inner, f"{label} (gunzipped)", names)
+        except (OSError, EOFError, zlib.error):
+            return [Leak(label, "the whole file", "?", "a gzip file that cannot be read cannot be checked")]
+    if suffix == ".zip":
+        try:
+            archive = zipfile.ZipFile(io.BytesIO(data))
+            members = [m for m in archive.infolist() if not m.is_dir()]
+            return [leak for m in members
+                    for leak in leaks_in_bytes(archive.read(m), m.filename, f"{label}:{m.filename}", names)]
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError):
+            return [Leak(label, "the whole file", "?", "a zip archive that cannot be read cannot be checked")]
+    if suffix == ".pyc":
+        return leaks_in_compiled(data, label, names)
+    if suffix not in READ:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    if suffix == ".py":
+        return leaks_in_source(text, label, "", names)
+    if suffix == ".ipynb":
+        try:
+            nb = json.loads(text)
+        except ValueError:
+            return [Leak(label, "the whole file", "?", "a notebook that is not valid JSON cannot be checked")]
+        return leaks_in_notebook(nb, label, names)
+    if suffix == ".md":
+        return [leak for fence in _FENCE.finditer(text)
+                for leak in leaks_in_source(fence["body"], label, "code in the text", names)]
+    return leaks_in_html(text, label, names)
+
+
 def find_leaks(path: str | Path, names: frozenset[str] | None = None) -> list[Leak]:
-    """Every leak in a file or, recursively, in a folder: ``.py`` files, notebooks, HTML pages
-    and Markdown files (their fenced code)."""
+    """Every leak in a file or, recursively, in a folder: ``.py`` files, notebooks, HTML pages,
+    Markdown files (their fenced code), compiled Python, and the files inside zip archives and
+    gzip files."""
     names = protected_names() if names is None else names
     path = Path(path)
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     leaks = []
     for file in files:
         label = str(file.relative_to(path)) if file != path else str(file)
-        suffix = file.suffix.lower()
-        if suffix not in (".py", ".ipynb", ".html", ".htm", ".md"):
+        if file.suffix.lower() not in READ:
             continue
-        text = file.read_text(encoding="utf-8", errors="replace")
-        if suffix == ".py":
-            leaks += leaks_in_source(text, label, "", names)
-        elif suffix == ".ipynb":
-            try:
-                nb = json.loads(text)
-            except ValueError:
-                leaks.append(Leak(label, "the whole file", "?", "a notebook that is not valid JSON cannot be checked"))
-                continue
-            leaks += leaks_in_notebook(nb, label, names)
-        elif suffix == ".md":
-            for fence in _FENCE.finditer(text):
-                leaks += leaks_in_source(fence["body"], label, "code in the text", names)
-        else:
-            leaks += leaks_in_html(text, label, names)
+        if file.name.endswith(".gz") and Path(file.name[:-3]).suffix.lower() not in READ:
+            continue                       # never read a large gzipped binary into memory
+        leaks += leaks_in_bytes(file.read_bytes(), file.name, label, names)
     return leaks
 
 

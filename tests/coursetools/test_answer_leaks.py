@@ -1,7 +1,7 @@
-"""graders.answer_leaks: a definition of a graded function anywhere a learner reads it must be a
-starter.  The graded names come from the grader's registry, so a new exercise is covered the day
-it is registered; the built site and the release are scanned by tests/site and
-tests/graders/test_release.py with the same function."""
+"""coursetools.answer_leaks: a definition of a graded function anywhere a learner reads it must be a
+starter.  The graded names come from the course's catalogue, so a new exercise is covered the day
+it is listed there; the built site and the release are scanned by tests/site and
+tests/coursetools/test_release.py with the same function."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from course import catalogue
+from coursetools.answer_leaks import (counterparts, find_leaks, graded_functions, leaks_in_html,
+                                      leaks_in_notebook, leaks_in_source, leaks_in_text, protected_names)
 from graders import registry
-from graders.answer_leaks import (Counterpart, counterparts, find_leaks, graded_functions, leaks_in_html,
-                                  leaks_in_notebook, leaks_in_source, leaks_in_text, protected_names)
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = frozenset({"softmax", "attend_step"})
@@ -135,23 +136,40 @@ def test_every_counterpart_exists_where_it_is_declared():
     assert protected_names() == graded_functions() | {c.name for c in parts if c.qualname}
 
 
-def test_counterparts_are_parsed_strictly():
-    assert Counterpart.parse("ga2.quant:requant", "requant", 9).name == "requant"
-    assert Counterpart.parse("pkg.mod:Class.method", "x", 1).name == "method"
-    module = Counterpart.parse("ga2.rtl", "requant", 9)
-    assert module.covers_module("ga2.rtl.circuit") and module.covers_module("ga2.rtl")
-    assert not module.covers_module("ga2.rtlx") and not module.qualname
-    for bad in ("", "ga2.quant:", "ga2:quant:requant", "ga2.quant:re-quant", "2ga.quant"):
-        with pytest.raises(ValueError, match="counterpart"):
-            Counterpart.parse(bad, "x", 1)
-
-
 def test_a_counterpart_with_another_name_is_a_leak_too(monkeypatch):
     """An engine function that implements an answer under its own name is guarded by that name."""
-    fake = registry.Exercise("fake", 9, ("answer_fn",), lambda: [], counterparts=("engine.kernel:helper_impl",))
-    real_get, real_names = registry.get, registry.names
-    monkeypatch.setattr(registry, "names", lambda: real_names() + ("fake",))
-    monkeypatch.setattr(registry, "get", lambda name: fake if name == "fake" else real_get(name))
+    fake = catalogue.Entry("fake", 9, "A fake", ("answer_fn",), counterparts=("engine.kernel:helper_impl",))
+    monkeypatch.setattr(catalogue, "EXERCISES", catalogue.EXERCISES + (fake,))
     assert {"answer_fn", "helper_impl"} <= protected_names()
     assert [leak.name for leak in leaks_in_source("def helper_impl(x):\n    return x\n", "k.py")] == ["helper_impl"]
     assert leaks_in_source("def helper_impl(x):\n    raise NotImplementedError\n", "k.py") == []
+
+
+def _zip(members: dict) -> bytes:
+    import io
+    import zipfile
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return out.getvalue()
+
+
+def test_what_the_exercise_pages_ship_is_read_inside_archives(tmp_path):
+    """The site's exercise pages ship course.zip and a gzipped library zip: their members are read
+    as the files they are, and a compiled module that names a graded function is a leak."""
+    import gzip
+    (tmp_path / "course.zip").write_bytes(_zip({"pkg/ok.py": STARTERS[0], "pkg/bad.py": ANSWERS[0],
+                                                "pkg/data.json": json.dumps({"x": ANSWERS[0]})}))
+    (tmp_path / "library.zip.gz").write_bytes(gzip.compress(_zip({"inner/bad.py": ANSWERS[4],
+                                                                  "mod.pyc": b"\x00\x07softmax\x00",
+                                                                  "fine.pyc": b"\x00other\x00"})))
+    (tmp_path / "nested.zip").write_bytes(_zip({"deeper.zip": _zip({"x.ipynb": json.dumps(
+        {"cells": [{"cell_type": "code", "source": ANSWERS[2]}]})})}))
+    (tmp_path / "module.wasm.gz").write_bytes(gzip.compress(ANSWERS[0].encode()))     # a binary: not read
+    (tmp_path / "broken.zip").write_bytes(b"PK not a zip")
+    found = {(leak.file, leak.name) for leak in find_leaks(tmp_path, NAMES)}
+    assert found == {("course.zip:pkg/bad.py", "softmax"), ("library.zip.gz (gunzipped):inner/bad.py", "attend_step"),
+                     ("library.zip.gz (gunzipped):mod.pyc", "softmax"), ("broken.zip", "?"),
+                     ("nested.zip:deeper.zip:x.ipynb", "softmax")}
+    assert not find_leaks(tmp_path / "course.zip", frozenset({"other"}))
