@@ -50,10 +50,12 @@ b except its last", by forgetting positions past the accepted prefix:
 ``stats``, a dict when given, receives ``forward_passes`` (the prefill included, as greedy's
 count of max_new_tokens passes includes it), ``proposed`` (draft tokens verified), ``accepted``
 (draft tokens kept), and ``tokens`` (tokens generated); tokens / forward_passes is the speed-up
-in passes, accepted / proposed the acceptance rate.
+in passes, accepted / proposed the acceptance rate.  Also ``prefill_seconds``, ``decode_seconds``
+(the passes after the prefill) and ``cache_bytes`` (the cache allocated).
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import numpy as np
@@ -130,10 +132,12 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     arrays, L_max = check_prompts(model, prompts, max_new_tokens, None)
     num_draft_tokens, max_ngram = _check_options(num_draft_tokens, max_ngram, stats, cache)
     max_skip = validate.whole(max_skip, "max_skip", 0)
-    counters = {"forward_passes": 0, "proposed": 0, "accepted": 0, "tokens": 0}
+    counters = {"forward_passes": 0, "proposed": 0, "accepted": 0, "tokens": 0, "prefill_seconds": 0.0,
+                "decode_seconds": 0.0, "cache_bytes": 0}
     out: list[list[int]] = [[] for _ in arrays]
     if max_new_tokens:
         kv = model.new_cache(len(arrays), L_max, kind=cache, dtype=cache_dtype, **cache_options)
+        counters["cache_bytes"] = kv.nbytes
         try:
             _decode(model, kv, arrays, out, max_new_tokens, eos, num_draft_tokens, max_ngram, max_skip,
                     counters, after_rollback)
@@ -149,8 +153,10 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
 def _decode(model, kv, arrays, out, max_new_tokens, eos, num_draft_tokens, max_ngram, max_skip, counters,
             after_rollback) -> None:
     """The loop of ``greedy``: ``out`` receives every sequence's tokens; ``counters`` the counts."""
+    start = time.perf_counter()
     logits = model.prefill(arrays, kv)                                  # (B, V)
     counters["forward_passes"] += 1
+    counters["prefill_seconds"] = time.perf_counter() - start
     sequences = [list(a.tolist()) for a in arrays]                      # prompt + reply, per sequence
     alive = list(range(len(arrays)))                                    # original index of each row
     skip = [0] * len(arrays)            # steps each sequence still waits before drafting again
@@ -165,6 +171,7 @@ def _decode(model, kv, arrays, out, max_new_tokens, eos, num_draft_tokens, max_n
             if not (len(out[seq]) >= max_new_tokens or np.isin(emitted[row][-1], eos)):
                 keep.append(row)
         if not keep:
+            counters["decode_seconds"] = time.perf_counter() - start - counters["prefill_seconds"]
             return
         if len(keep) < len(alive):
             kv.select(keep)                       # finished sequences leave the batch and its compute
