@@ -29,15 +29,19 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import json
 import pkgutil
 import sys
-import textwrap
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from course import catalogue
+from course.notebooks import answer_cells, is_starter_object
+from course.notebooks import is_starter as starter_node
 
 __all__ = ["install_from", "install_all", "installed", "missing", "exercises_folder", "say_what_runs", "rebind"]
 
@@ -45,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 #: The copy's (or the checkout's) top folder: the packages beside this one are the course's.
 ROOT = HERE.parent
 #: Packages that are not engines: nothing of theirs is replaced.
-NOT_ENGINES = {"answers", "public_checks", "graders", "tests", "solutions", "bench", "tools"}
+NOT_ENGINES = {"answers", "public_checks", "graders", "course", "coursetools", "tests", "solutions", "bench", "tools"}
 
 _INSTALLED: dict[str, str] = {}          # name -> the notebook it came from
 
@@ -53,37 +57,9 @@ _INSTALLED: dict[str, str] = {}          # name -> the notebook it came from
 # ------------------------------------------------------------------------------ starters
 
 
-def _is_docstring(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-def _raises_not_implemented(node: ast.stmt) -> bool:
-    if not isinstance(node, ast.Raise) or node.exc is None:
-        return False
-    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
-
-
-def _starter_node(node: ast.AST) -> bool:
-    """A function whose body (after its docstring) is one ``raise NotImplementedError``, or a
-    class whose every method is one."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        body = node.body[1:] if node.body and _is_docstring(node.body[0]) else node.body
-        return len(body) == 1 and _raises_not_implemented(body[0])
-    if isinstance(node, ast.ClassDef):
-        methods = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        return bool(methods) and all(_starter_node(m) for m in methods)
-    return False
-
-
 def is_starter(obj) -> bool:
     """An engine's function or class that is still a starter (read from its source file)."""
-    try:
-        source = textwrap.dedent(inspect.getsource(obj))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
-        return False
-    return bool(tree.body) and _starter_node(tree.body[0])
+    return is_starter_object(obj)
 
 
 # ------------------------------------------------------------------------------ the engines
@@ -278,10 +254,7 @@ def exercises_folder() -> Path:
 
 
 def _answer_source(nb: dict) -> str:
-    cells = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
-    tagged = [c for c in cells if "answer" in (c.get("metadata", {}) or {}).get("tags", [])]
-    return "\n\n".join("".join(c["source"]) if isinstance(c["source"], list) else str(c["source"])
-                       for c in tagged)
+    return "\n\n".join(answer_cells(nb))
 
 
 def _defined(source: str) -> dict[str, bool]:
@@ -290,17 +263,16 @@ def _defined(source: str) -> dict[str, bool]:
         tree = ast.parse(source)
     except SyntaxError:
         return {}
-    return {n.name: _starter_node(n) for n in tree.body
+    return {n.name: starter_node(n) for n in tree.body
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
 def _ga2_parts(exercise: str) -> bool:
-    """The exercise builds a part of GA-2 (which ``ga2.install_from`` puts into the machine)."""
-    try:
-        from ga2.parts import PARTS
-    except Exception:  # noqa: BLE001 - a copy without the machine
-        return False
-    return any(part.exercise == exercise for part in PARTS.values())
+    """The exercise builds a part of GA-2 (which ``ga2.install_from`` puts into the machine), and
+    this copy has the machine."""
+    builds = any(c.exercise == exercise and c.qualname and c.module.split(".")[0] == "ga2"
+                 for c in catalogue.counterparts())
+    return builds and importlib.util.find_spec("ga2") is not None
 
 
 def install_from(notebook: str | Path, quiet: bool = False) -> list[str]:

@@ -51,20 +51,7 @@ class NaiveMachine:
                 for i in range(f["len"]):
                     ext[f["dst"] + i] = spad[f["src"] + i]
             elif ins.op == "MM":
-                result = []
-                for i in range(f["M"]):
-                    row = []
-                    for j in range(f["N"]):
-                        acc = 0
-                        for k in range(f["K"]):
-                            a = _byte(spad[f["A"] + i * f["lda"] + k])
-                            b_addr = f["B"] + (j * f["ldb"] + k if f["tb"] else k * f["ldb"] + j)
-                            acc += a * _byte(spad[b_addr])
-                        row.append(acc)
-                    result.append(row)
-                for i in range(f["M"]):
-                    for j in range(f["N"]):
-                        spad[f["dst"] + i * f["ldc"] + j] = result[i][j]
+                _matmul(spad, f)
             elif ins.op == "RQ":
                 m, s, n = f["m"], f["s"], f["len"]
                 source = spad[f["src"]:f["src"] + n]
@@ -83,3 +70,22 @@ class NaiveMachine:
                     spad[f["dst"] + i] = (e[i] * 65536 + z // 2) // z
         self.counters = self.counters + cycle_counts(checked)
         return self
+
+
+def _matmul(spad, f) -> None:
+    """MM, one product at a time: the int8 rows of A times the int8 columns of B (or its rows,
+    ``tb``), every int32 result written once all are computed."""
+    result = []
+    for i in range(f["M"]):
+        row = []
+        for j in range(f["N"]):
+            acc = 0
+            for k in range(f["K"]):
+                a = _byte(spad[f["A"] + i * f["lda"] + k])
+                b_addr = f["B"] + (j * f["ldb"] + k if f["tb"] else k * f["ldb"] + j)
+                acc += a * _byte(spad[b_addr])
+            row.append(acc)
+        result.append(row)
+    for i in range(f["M"]):
+        for j in range(f["N"]):
+            spad[f["dst"] + i * f["ldc"] + j] = result[i][j]

@@ -8,6 +8,8 @@ import inspect
 import numbers
 import textwrap
 
+from course import catalogue
+
 
 def vec(x, digits: int = 4, brackets: str = "()") -> str:
     """A vector as text, each number rounded for display: vec([0.75172, 1.5035]) is
@@ -164,22 +166,14 @@ class GradedSourceError(ValueError):
 
 def graded_names() -> frozenset[str]:
     """The functions the exercises grade and the engine's implementations of them."""
-    try:
-        from graders.answer_leaks import protected_names
-    except ModuleNotFoundError:         # a learner's copy: no grader, and every graded body a starter
-        return frozenset()
-    return protected_names()
+    return catalogue.protected_names()
 
 
 def _counterpart_of(fn):
-    """The exercise whose answer ``fn`` implements (a counterpart in the registry), or None."""
-    try:
-        from graders.answer_leaks import counterparts
-    except ModuleNotFoundError:         # a learner's copy: the counterparts are starters there
-        return None
+    """The exercise whose answer ``fn`` implements (a counterpart in the catalogue), or None."""
     module = getattr(fn, "__module__", "") or ""
     qualname = getattr(fn, "__qualname__", "") or ""
-    for part in counterparts():
+    for part in catalogue.counterparts():
         if (part.qualname and part.module == module and part.qualname == qualname) or part.covers_module(module):
             return part
     return None
@@ -319,6 +313,27 @@ def _field_names(obj) -> list[str]:
     return [f.name for f in dataclasses.fields(obj) if f.repr]
 
 
+def _fields_of_one(item, labels: dict, formats: dict, caption: str) -> Table:
+    """One dataclass instance as a table of a row per field ("field", "value")."""
+    rows = []
+    for name in _field_names(item):
+        value = getattr(item, name)
+        fmt = formats.get(name, "," if _is_number(value) and isinstance(value, int) else None)
+        rows.append((labels.get(name, name), _cell_text(value, fmt)))
+    return Table(["field", "value"], rows, [False, False], caption)
+
+
+def _column_formats(names: list[str], objects: list, formats: dict) -> dict:
+    """Each field's format: the one given, else "," when the field is an integer in every row."""
+    unknown = set(formats) - set(names)
+    if unknown:
+        raise ValueError(f"formats for fields that do not exist: {sorted(unknown)}")
+
+    def whole(n):
+        return all(isinstance(getattr(o, n), int) and _is_number(getattr(o, n)) for o in objects)
+    return {n: formats.get(n, "," if whole(n) else None) for n in names}
+
+
 def fields_table(items, labels=None, formats=None, caption: str = "") -> Table:
     """Dataclass instances as a table, instead of their repr: a mapping {label: instance} or a
     list of instances of one class gives a row per instance and a column per field; a single
@@ -327,14 +342,7 @@ def fields_table(items, labels=None, formats=None, caption: str = "") -> Table:
     integers)."""
     labels = dict(labels or {})
     if not isinstance(items, (dict, list, tuple)):
-        names = _field_names(items)
-        formats = dict(formats or {})
-        rows = []
-        for name in names:
-            value = getattr(items, name)
-            fmt = formats.get(name, "," if _is_number(value) and isinstance(value, int) else None)
-            rows.append((labels.get(name, name), _cell_text(value, fmt)))
-        return Table(["field", "value"], rows, [False, False], caption)
+        return _fields_of_one(items, labels, dict(formats or {}), caption)
     keyed = dict(items) if isinstance(items, dict) else None
     objects = list(keyed.values()) if keyed is not None else list(items)
     if not objects:
@@ -343,11 +351,7 @@ def fields_table(items, labels=None, formats=None, caption: str = "") -> Table:
     if any(type(o) is not type(objects[0]) for o in objects):
         raise TypeError("fields_table shows instances of one class per table, got "
                         + ", ".join(sorted({type(o).__name__ for o in objects})))
-    unknown = set(formats or {}) - set(names)
-    if unknown:
-        raise ValueError(f"formats for fields that do not exist: {sorted(unknown)}")
-    formats = {n: (formats or {}).get(n, "," if all(isinstance(getattr(o, n), int) and _is_number(getattr(o, n))
-                                                     for o in objects) else None) for n in names}
+    formats = _column_formats(names, objects, formats or {})
     rows = [[getattr(o, n) for n in names] for o in objects]
     columns = [labels.get(n, n) for n in names]
     if keyed is not None:

@@ -91,9 +91,9 @@ class Instr:
             raise AttributeError(str(err)) from None
 
     def __str__(self) -> str:
-        from .listing import disassemble  # the text form is a separate concept
-
-        return disassemble(self)
+        """The instruction's line of text, ``OP name=value ...`` with every field in ``FIELDS[op]``
+        order (``ga2.listing`` reads it back and numbers a program's lines)."""
+        return " ".join([self.op] + [f"{name}={value}" for name, value in self.fields.items()])
 
 
 def _as_int_if_integral(value):

@@ -25,9 +25,7 @@ def disassemble(ins) -> str:
     """One line of text, e.g. ``LD dst=0 src=32 len=16``; for a program, one line each."""
     if isinstance(ins, (list, tuple)):
         return "\n".join(disassemble(item) for item in ins)
-    ins = as_instr(ins)
-    parts = [ins.op] + [f"{name}={value}" for name, value in ins.fields.items()]
-    return " ".join(parts)
+    return str(as_instr(ins))
 
 
 def assemble(text: str):

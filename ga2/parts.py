@@ -91,25 +91,32 @@ _PROBE_PARAMS = {"q": (1 << 23, 24), "k": (1 << 23, 24), "v": (1 << 23, 24),
 
 
 class Part(NamedTuple):
-    """A function of the machine that an exercise builds: where it lives, which exercise it is,
-    how the exercise's form becomes the machine's, and a call that tells a starter from an answer.
+    """A function of the machine that an exercise builds: where it lives, how the exercise's form
+    becomes the machine's, and a call that tells a starter from an answer.  Which exercise builds
+    it is the course's catalogue's (the exercise whose counterpart is ``module:name``).
     (Immutable, and a NamedTuple rather than a dataclass: four times cheaper to create at import.)"""
 
     name: str
     module: str
-    exercise: str
-    chapter: int
     adapt: Callable[[Callable], Callable]
     probe: tuple
 
     def current(self):
         return getattr(sys.modules[self.module], self.name)
 
+    @property
+    def exercise(self):
+        """The catalogue's entry of the exercise that builds this part."""
+        # Imported here: the grader's sandbox holds a copy of ga2 alone, which installs parts
+        # and never asks which exercise builds them.
+        from course import catalogue
+        spec = f"{self.module}:{self.name}"
+        return next(entry for entry in catalogue.EXERCISES if spec in entry.counterparts)
+
 
 PARTS: dict[str, Part] = {
-    "requant": Part("requant", "ga2.quant", "requant", 9, _machine_requantizer, (0, 1 << 23, 24)),
-    "attention_tail": Part("attention_tail", "ga2.attn", "attention_tail", 10, _machine_tail,
-                           (1, _PROBE_PARAMS)),
+    "requant": Part("requant", "ga2.quant", _machine_requantizer, (0, 1 << 23, 24)),
+    "attention_tail": Part("attention_tail", "ga2.attn", _machine_tail, (1, _PROBE_PARAMS)),
 }
 
 _ORIGINAL: dict[str, Callable] = {}      # the machine's own parts (starters in the learner's copy)
@@ -164,6 +171,9 @@ def installed() -> dict[str, Callable | None]:
 
 
 def _is_starter(fn: Callable, probe: tuple) -> bool:
+    """The part raises NotImplementedError when called.  Asked of the running function, not of
+    its source (``course.notebooks.is_starter``): the grader's sandbox runs ga2 alone, with the
+    grader's parts compiled (no source), and still asks which parts are missing."""
     try:
         fn(*probe)
     except NotImplementedError:
@@ -178,12 +188,6 @@ def missing() -> list[str]:
     return [name for name, part in PARTS.items() if _is_starter(_part(name).current(), part.probe)]
 
 
-def _answer_cells(notebook: dict) -> list[str]:
-    cells = [c for c in notebook.get("cells", []) if c.get("cell_type") == "code"]
-    tagged = [c for c in cells if "answer" in (c.get("metadata", {}) or {}).get("tags", [])]
-    return ["".join(c["source"]) if isinstance(c["source"], list) else str(c["source"]) for c in tagged or cells]
-
-
 def install_from(notebook: str | Path, *names: str) -> list[str]:
     """Install the functions of an exercise notebook's answer cell (the cell tagged ``answer``).
 
@@ -194,6 +198,8 @@ def install_from(notebook: str | Path, *names: str) -> list[str]:
     import json
     from pathlib import Path
 
+    from course.notebooks import answer_cells      # a learner's call: the sandbox's ga2 has no course
+
     path = Path(notebook)
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
@@ -201,12 +207,12 @@ def install_from(notebook: str | Path, *names: str) -> list[str]:
         raise FileNotFoundError(f"no notebook {path} (give the path of your exercise notebook, e.g. "
                                 "'requant.ipynb' from the exercises folder)") from None
     exercise = (nb.get("metadata", {}).get("kvcourse", {}) or {}).get("exercise", path.stem)
-    names = names or tuple(n for n, p in PARTS.items() if p.exercise == exercise)
+    names = names or tuple(n for n, p in PARTS.items() if p.exercise.name == exercise)
     if not names:
         raise ValueError(f"{path.name} is the exercise {exercise!r}, which builds no part of GA-2 "
-                         f"(the parts: {', '.join(f'{n} ({p.exercise}.ipynb)' for n, p in PARTS.items())})")
+                         f"(the parts: {', '.join(f'{n} ({p.exercise.name}.ipynb)' for n, p in PARTS.items())})")
     namespace: dict = {"__name__": f"answer_of_{path.stem}"}
-    for source in _answer_cells(nb):
+    for source in answer_cells(nb, every_code_cell_if_untagged=True):
         exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - the learner's own answer
     done = []
     for name in names:
@@ -217,7 +223,8 @@ def install_from(notebook: str | Path, *names: str) -> list[str]:
         if _is_starter(fn, part.probe):
             own = "a starter too: it cannot run" if _is_starter(part.current(), part.probe) else "its own"
             print(f"{path.name}: {name} still raises NotImplementedError, so it is not installed; "
-                  f"the machine keeps {own}. Finish the exercise {part.exercise} (chapter {part.chapter}) first.")
+                  f"the machine keeps {own}. Finish the exercise {part.exercise.name} (chapter "
+                  f"{part.exercise.chapter}) first.")
             continue
         install(**{name: fn})
         done.append(name)

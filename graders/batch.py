@@ -40,6 +40,8 @@ from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
+from tqdm import tqdm
+
 from . import registry
 from .notebook import MAX_FILE_BYTES, Refused, open_file, read_file
 from .results import grader_failed, one_line, write_json, write_text, zero_result
@@ -171,141 +173,195 @@ def run_batch(directory: Path, exercise: str, out_csv: Path, *, jobs: int | None
               wait_for_workers: float | None = None, connect_timeout: float = 30.0) -> dict:
     """Grade every submission under ``directory``; returns a summary dict.  With ``scheduler``,
     ``wait_for_workers`` seconds with no Dask worker connected stop the batch (None: wait)."""
-    from tqdm import tqdm
-
     limits = limits or Limits()
     if limits.sandboxes is None:           # the batch's jobs already keep the cores busy
         limits = dataclasses.replace(limits, sandboxes=1)
     out_csv = Path(out_csv)
     results_dir = Path(results_dir) if results_dir else results_folder(out_csv)
-    tests = registry.tests(exercise)           # built once, before any thread starts
+    registry.tests(exercise)                   # built once, before any thread starts
     fingerprint = registry.fingerprint(exercise)
     submissions = discover(directory, skip=(results_dir, out_csv))
+    pool = _Pool.dask(scheduler, connect_timeout) if scheduler else _Pool.threads(jobs)   # before writing
+    results_dir.mkdir(parents=True, exist_ok=True)
 
-    if scheduler:                              # connected before anything is written
-        from distributed import Client
+    batch = _Batch(exercise, out_csv, limits, isolation)
+    todo = batch.resume(directory, submissions, results_dir, fingerprint, force)
+    print(one_line(f"{exercise}: {len(submissions)} files in {directory}; {len(batch.results)} already graded "
+                     f"or refused, {len(todo)} to grade with {pool.where}"), file=sys.stderr)
+    workers = _WorkerWatch(pool.client, scheduler, wait_for_workers) if pool.client is not None else None
+    stopped = batch.grade(todo, pool, workers, progress)
+    return batch.summary(submissions, len(todo), results_dir, stopped)
+
+
+@dataclasses.dataclass
+class _Pool:
+    """Where the gradings run: a pool of local threads, or a Dask cluster's executor (``client``);
+    ``window`` gradings are in flight at a time."""
+
+    executor: object
+    where: str
+    window: int
+    client: object = None
+
+    @classmethod
+    def threads(cls, jobs: int | None) -> _Pool:
+        jobs = jobs or os.cpu_count() or 1
+        return cls(ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grader"),
+                   f"{jobs} local job{'s' if jobs != 1 else ''}", 2 * jobs)
+
+    @classmethod
+    def dask(cls, scheduler: str, connect_timeout: float) -> _Pool:
+        from distributed import Client      # optional: only a batch on a cluster needs Dask
         client = Client(scheduler, timeout=f"{connect_timeout:g}s")
-        executor = client.get_executor(pure=False)
-        where = f"Dask cluster at {scheduler}"
         try:
             window = max(4, 2 * sum(client.nthreads().values()))
         except Exception:  # noqa: BLE001
             window = 16
-    else:
-        client = None
-        jobs = jobs or os.cpu_count() or 1
-        executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="grader")
-        where = f"{jobs} local job{'s' if jobs != 1 else ''}"
-        window = 2 * jobs
-    results_dir.mkdir(parents=True, exist_ok=True)
+        return cls(client.get_executor(pure=False), f"Dask cluster at {scheduler}", window, client)
 
-    results: dict[str, dict] = {}
-    unwritten: list[str] = []
-    todo = []
-    names = _json_names([path.relative_to(directory) for path in submissions])
+    def close(self) -> None:
+        if self.client is not None:
+            self.executor.shutdown(wait=False)
+            self.client.close()
+        else:
+            self.executor.shutdown(wait=True, cancel_futures=True)
 
-    def keep(rel, target, result) -> None:
+
+class _Batch:
+    """The results of one batch, kept as they come (a JSON file each, and a row of the gradebook
+    even when the file cannot be written)."""
+
+    def __init__(self, exercise: str, out_csv: Path, limits: Limits, isolation: str):
+        self.exercise, self.out_csv, self.limits, self.isolation = exercise, out_csv, limits, isolation
+        self.results: dict[str, dict] = {}
+        self.unwritten: list[str] = []
+
+    def keep(self, rel, target, result) -> None:
         """The result is a row whatever happens; its file is written when the disk lets it."""
-        results[str(rel)] = result
+        self.results[str(rel)] = result
         try:
             write_json(target, result)
         except OSError as err:
-            unwritten.append(str(rel))
+            self.unwritten.append(str(rel))
             print(f"{one_line(str(rel))}: its result could not be written to {target.name} ({err.strerror}); "
                   "it is in the gradebook", file=sys.stderr)
 
-    for path in submissions:            # hashed here, read only when its turn comes (memory)
-        rel = path.relative_to(directory)
-        target = results_dir / names[rel]
-        refusal = _refusal(path)
-        if refusal is not None:
-            keep(rel, target, _unreadable(exercise, str(rel), refusal))
-            continue
+    def resume(self, directory: Path, submissions: list[Path], results_dir: Path, fingerprint: str,
+               force: bool) -> list[tuple]:
+        """Keep the refusals and the results still current; return (rel, path, target) of every
+        submission left to grade.  Each is hashed here, read only when its turn comes (memory)."""
+        names = _json_names([path.relative_to(directory) for path in submissions])
+        todo = []
+        for path in submissions:
+            rel = path.relative_to(directory)
+            target = results_dir / names[rel]
+            refusal = _refusal(path)
+            if refusal is not None:
+                self.keep(rel, target, _unreadable(self.exercise, str(rel), refusal))
+                continue
+            try:
+                sha = _file_sha256(path)
+            except (OSError, Refused):      # one file the grader cannot read does not stop the class
+                todo.append((rel, path, target))
+                continue
+            previous = None if force else _previous(target, sha, self.exercise, fingerprint)
+            if previous is not None:
+                self.results[str(rel)] = previous
+            else:
+                todo.append((rel, path, target))
+        return todo
+
+    def grade(self, todo: list[tuple], pool: _Pool, workers: _WorkerWatch | None, progress: bool) -> str | None:
+        """Grade ``todo`` on ``pool``, a window of submissions in flight at a time (so that a class
+        of big notebooks is never all in memory at once), the gradebook rewritten every
+        ``CSV_EVERY`` seconds and at the end.  Returns why the batch stopped early, or None."""
+        bar = tqdm(total=len(todo), desc=f"grading {self.exercise}", unit="sub", disable=not progress or not todo,
+                   file=sys.stderr, dynamic_ncols=True)
+        flight = _Flight(self, iter(todo), pool, bar)
+        last_csv, stopped = 0.0, None
         try:
-            sha = _file_sha256(path)
-        except (OSError, Refused):      # one file the grader cannot read does not stop the class
-            todo.append((rel, path, target))
-            continue
-        previous = None if force else _previous(target, sha, exercise, fingerprint)
-        if previous is not None:
-            results[str(rel)] = previous
-        else:
-            todo.append((rel, path, target))
+            flight.fill()
+            while flight.pending:
+                done = flight.collect()
+                if workers is not None and not done and (stopped := workers.check()):
+                    flight.cancel()
+                    break
+                if done and time.monotonic() - last_csv > CSV_EVERY:
+                    write_gradebook(self.out_csv, self.exercise, self.results)
+                    last_csv = time.monotonic()
+        except KeyboardInterrupt:
+            kill_all()
+            raise
+        finally:
+            bar.close()
+            pool.close()
+            write_gradebook(self.out_csv, self.exercise, self.results)
+        return stopped
 
-    print(one_line(f"{exercise}: {len(submissions)} files in {directory}; {len(results)} already graded or "
-                     f"refused, {len(todo)} to grade with {where}"), file=sys.stderr)
-    bar = tqdm(total=len(todo), desc=f"grading {exercise}", unit="sub", disable=not progress or not todo,
-               file=sys.stderr, dynamic_ncols=True)
-    last_csv = 0.0
-    queue = iter(todo)
-    futures: dict = {}
-    stopped = None
+    def summary(self, submissions: list[Path], graded: int, results_dir: Path, stopped: str | None) -> dict:
+        """The batch's summary, also said on stderr."""
+        results, exercise = self.results, self.exercise
+        statuses = Counter(r.get("status", "?") for r in results.values())
+        print(one_line(f"{exercise}: {len(results)} results for {len(submissions)} files "
+                         f"({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}); gradebook {self.out_csv}, "
+                         f"one JSON per submission in {results_dir}"), file=sys.stderr)
+        if stopped:
+            print(one_line(f"{exercise}: stopped: {stopped}; what was graded is saved: run the same command "
+                             "again to resume"), file=sys.stderr)
+        return {"submissions": len(submissions), "graded": graded, "resumed": len(submissions) - graded,
+                "statuses": dict(statuses), "csv": str(self.out_csv), "results": str(results_dir),
+                "missing_results": len(submissions) - len(results), "unwritten": self.unwritten, "stopped": stopped}
 
-    def finish(rel, target, result):
-        keep(rel, target, result)
-        bar.update(1)
-        bar.set_postfix_str(f"last: {result['status']}", refresh=False)
 
-    def submit_next():
-        """Read the next submission and hand it over; a few are in flight at a time, so that a
-        class of big notebooks is never all in memory at once."""
-        for rel, path, target in queue:
+class _Flight:
+    """The gradings in flight: submitted to the pool as others finish, at most ``pool.window``."""
+
+    def __init__(self, batch: _Batch, queue, pool: _Pool, bar):
+        self.batch, self.queue, self.pool, self.bar = batch, queue, pool, bar
+        self.futures: dict = {}
+        self.pending: set = set()
+
+    def finish(self, rel, target, result) -> None:
+        self.batch.keep(rel, target, result)
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"last: {result['status']}", refresh=False)
+
+    def submit_next(self):
+        """Read the next submission and hand it over (a file that cannot be read is a row)."""
+        batch = self.batch
+        for rel, path, target in self.queue:
             try:
                 data = _read(path)
             except (OSError, Refused) as err:
-                finish(rel, target, _unreadable(exercise, str(rel), _why(err)))
+                self.finish(rel, target, _unreadable(batch.exercise, str(rel), _why(err)))
                 continue
-            future = executor.submit(grade_blob, data, rel.name, exercise, limits.as_dict(), isolation, str(rel))
-            futures[future] = (rel, target)
+            future = self.pool.executor.submit(grade_blob, data, rel.name, batch.exercise, batch.limits.as_dict(),
+                                               batch.isolation, str(rel))
+            self.futures[future] = (rel, target)
             return future
         return None
 
-    workers = _WorkerWatch(client, scheduler, wait_for_workers) if client is not None else None
-    try:
-        pending = set()
-        while len(pending) < window and (future := submit_next()) is not None:
-            pending.add(future)
-        while pending:
-            done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-            for future in done:
-                rel, target = futures.pop(future)
-                try:
-                    result = future.result()
-                except Exception as err:  # noqa: BLE001 - a worker lost, a cluster error
-                    result = grader_failed(exercise, f"{type(err).__name__}: {err}", submission=str(rel))
-                finish(rel, target, result)
-                if (new := submit_next()) is not None:
-                    pending.add(new)
-            if workers is not None and not done and (stopped := workers.check()):
-                for future in pending:
-                    future.cancel()
-                break
-            if done and time.monotonic() - last_csv > CSV_EVERY:
-                write_gradebook(out_csv, exercise, results)
-                last_csv = time.monotonic()
-    except KeyboardInterrupt:
-        kill_all()
-        raise
-    finally:
-        bar.close()
-        if client is not None:
-            executor.shutdown(wait=False)
-            client.close()
-        else:
-            executor.shutdown(wait=True, cancel_futures=True)
-        write_gradebook(out_csv, exercise, results)
+    def fill(self) -> None:
+        while len(self.pending) < self.pool.window and (future := self.submit_next()) is not None:
+            self.pending.add(future)
 
-    statuses = Counter(r.get("status", "?") for r in results.values())
-    summary = {"submissions": len(submissions), "graded": len(todo), "resumed": len(submissions) - len(todo),
-               "statuses": dict(statuses), "csv": str(out_csv), "results": str(results_dir),
-               "missing_results": len(submissions) - len(results), "unwritten": unwritten, "stopped": stopped}
-    print(one_line(f"{exercise}: {len(results)} results for {len(submissions)} files "
-                     f"({', '.join(f'{k} {v}' for k, v in sorted(statuses.items()))}); gradebook {out_csv}, "
-                     f"one JSON per submission in {results_dir}"), file=sys.stderr)
-    if stopped:
-        print(one_line(f"{exercise}: stopped: {stopped}; what was graded is saved: run the same command "
-                         "again to resume"), file=sys.stderr)
-    return summary
+    def collect(self) -> set:
+        """Wait up to a second for gradings to finish; keep their results, submit as many more."""
+        done, self.pending = wait(self.pending, timeout=1.0, return_when=FIRST_COMPLETED)
+        for future in done:
+            rel, target = self.futures.pop(future)
+            try:
+                result = future.result()
+            except Exception as err:  # noqa: BLE001 - a worker lost, a cluster error
+                result = grader_failed(self.batch.exercise, f"{type(err).__name__}: {err}", submission=str(rel))
+            self.finish(rel, target, result)
+            if (new := self.submit_next()) is not None:
+                self.pending.add(new)
+        return done
+
+    def cancel(self) -> None:
+        for future in self.pending:
+            future.cancel()
 
 
 class _WorkerWatch:

@@ -1,4 +1,5 @@
-"""``python -m graders``: grade one submission, a whole class, run the public checks, make a release.
+"""``python -m graders``: grade one submission, a whole class, run the public checks; and (by
+``coursetools``, the course's build tools) make a release and the Gradescope autograders.
 
     python -m graders grade SUBMISSION --exercise NAME [--json OUT]
     python -m graders batch DIR --exercise NAME --out gradebook.csv [--jobs N] [--scheduler ADDRESS
@@ -22,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import registry
-from .sandbox import SUBMISSION_SECONDS, TEST_SECONDS, Limits
+from . import batch, grading, registry, results
+from .sandbox import (SUBMISSION_SECONDS, TEST_SECONDS, Limits, Sandbox, SandboxUnavailable,
+                      bwrap_status)
 
 USAGE_ERROR = 2
 
@@ -154,12 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "isolation", None) == "bwrap":
-        from .sandbox import bwrap_status
         usable, why = bwrap_status()
         if not usable:
             return _usage(f"--isolation bwrap: bubblewrap cannot be used here ({why})")
     if args.command == "batch" and not args.scheduler:   # no sandbox fit to grade in: refuse the class
-        from .sandbox import Sandbox, SandboxUnavailable
         try:
             Sandbox(args.isolation)
         except SandboxUnavailable as err:
@@ -170,25 +170,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _usage(message: str) -> int:
-    from .results import one_line           # it may name a file a learner named
-    print(f"python -m graders: error: {one_line(message)}", file=sys.stderr)
+    print(f"python -m graders: error: {results.one_line(message)}", file=sys.stderr)     # it may name a learner's file
     return USAGE_ERROR
 
 
 def _grade(args) -> int:
-    from .grading import UsageError, grade_file
-    from .results import one_line, write_json
     if args.exercise is not None and args.exercise not in registry.names():
         _write_usage_result(args, f"no exercise named {args.exercise!r}")
         return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
-    from .sandbox import SandboxUnavailable
     line = (ProgressLine(sys.stderr, _exercise_for_progress(args))
             if not args.no_progress and _is_terminal(sys.stderr) else None)
     try:
         limits = dataclasses.replace(_limits(args), sandboxes=args.sandboxes, warm=not args.cold)
-        result = grade_file(args.submission, args.exercise, limits=limits, isolation=args.isolation,
+        result = grading.grade_file(args.submission, args.exercise, limits=limits, isolation=args.isolation,
                             progress=line.update if line else None)
-    except (UsageError, SandboxUnavailable) as err:     # (bwrap asked for where it cannot run)
+    except (grading.UsageError, SandboxUnavailable) as err:     # (bwrap asked for where it cannot run)
         if line:
             line.finish()
         _write_usage_result(args, str(err))
@@ -198,17 +194,17 @@ def _grade(args) -> int:
     if line:
         line.finish()
     if result.get("exercise_inferred"):
-        print(f"python -m graders: {one_line(result['exercise_inferred'])}; pass --exercise NAME to fix it",
+        print(f"python -m graders: {results.one_line(result['exercise_inferred'])}; pass --exercise NAME to fix it",
               file=sys.stderr)
     if args.json:
         try:
-            write_json(args.json, result)
+            results.write_json(args.json, result)
         except OSError as err:
             _print_result(result, args)
             return _usage(f"cannot write {args.json}: {err.strerror}")
         except Exception as err:  # noqa: BLE001 - a result that cannot be written as JSON
             result = _crash_result(args, err)
-            write_json(args.json, result)
+            results.write_json(args.json, result)
     _print_result(result, args)
     return 0
 
@@ -226,8 +222,7 @@ def _exercise_for_progress(args) -> str:
     if args.exercise is not None:
         return args.exercise
     try:
-        from .grading import read_submission, resolve_exercise
-        return resolve_exercise(read_submission(args.submission), Path(args.submission).name, None)
+        return grading.resolve_exercise(grading.read_submission(args.submission), Path(args.submission).name, None)
     except Exception:  # noqa: BLE001 - the line then names no exercise
         return ""
 
@@ -270,21 +265,18 @@ class ProgressLine:
 def _crash_result(args, err: BaseException) -> dict:
     """A result for a grader that crashed outside the grading itself (``results.grader_failed``,
     as ``grade`` and ``batch`` give): every test of the exercise, when it can still be told, at 0."""
-    from .results import grader_failed
     name = args.exercise
     if name is None:
         try:
-            from .grading import read_submission, resolve_exercise
-            name = resolve_exercise(read_submission(args.submission), Path(args.submission).name, None)
+            name = grading.resolve_exercise(grading.read_submission(args.submission), Path(args.submission).name, None)
         except Exception:  # noqa: BLE001 - the exercise stays unknown; the result is still written
             name = None
-    return grader_failed(name, f"{type(err).__name__}: {err}", submission=args.submission)
+    return results.grader_failed(name, f"{type(err).__name__}: {err}", submission=args.submission)
 
 
 def _print_result(result: dict, args) -> None:
-    from .results import format_text
     try:
-        text = format_text(result, show_output=args.show_output)
+        text = results.format_text(result, show_output=args.show_output)
     except Exception as err:  # noqa: BLE001 - the text is a courtesy; the result is what counts
         text = (f"{result.get('exercise') or '?'}: {args.submission}\n  (the feedback could not be "
                 f"printed: {type(err).__name__})\nScore: {result.get('score')} / {result.get('max_score')}")
@@ -295,24 +287,23 @@ def _write_usage_result(args, message: str) -> None:
     """Even a usage error leaves a result file behind when one was asked for."""
     if not getattr(args, "json", None):
         return
-    from .results import make_result, write_json
     try:
-        write_json(args.json, make_result(exercise=args.exercise, tests=[], status="usage_error",
-                                          isolation="none", execution_time=0.0,
-                                          output=f"Not graded: {message}", submission=args.submission))
+        result = results.make_result(exercise=args.exercise, tests=[], status="usage_error", isolation="none",
+                                     execution_time=0.0, output=f"Not graded: {message}",
+                                     submission=args.submission)
+        results.write_json(args.json, result)
     except OSError:
         pass
 
 
 def _batch(args) -> int:
-    from .batch import run_batch
     directory = Path(args.directory)
     if not directory.is_dir():
         return _usage(f"{directory} is not a folder")
     if args.exercise not in registry.names():
         return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
     try:
-        summary = run_batch(directory, args.exercise, Path(args.out), jobs=args.jobs,
+        summary = batch.run_batch(directory, args.exercise, Path(args.out), jobs=args.jobs,
                             scheduler=args.scheduler, limits=_limits(args), isolation=args.isolation,
                             results_dir=Path(args.results) if args.results else None,
                             force=args.force, progress=not args.no_progress,
@@ -327,30 +318,30 @@ def _batch(args) -> int:
 
 
 def _check(args) -> int:
-    from .grading import UsageError, check_file
+    # The public checks are the learner's, not the grader's: a Gradescope autograder (which never
+    # runs ``check``) is built without them.
     from public_checks import HIDDEN_NOTE
     if args.exercise is not None and args.exercise not in registry.names():
         return _usage(f"no exercise named {args.exercise!r}; the grader knows: {', '.join(registry.names())}")
-    from .sandbox import SandboxUnavailable
     try:
-        report = check_file(args.submission, args.exercise, limits=_limits(args), isolation=args.isolation)
-    except (UsageError, SandboxUnavailable) as err:
+        report = grading.check_file(args.submission, args.exercise, limits=_limits(args), isolation=args.isolation)
+    except (grading.UsageError, SandboxUnavailable) as err:
         return _usage(str(err))
     except Exception as err:  # noqa: BLE001 - never a traceback
         print(f"{args.submission}: the public checks could not run: the grader itself failed "
               f"({type(err).__name__}: {err})")
         return 1
-    from .results import one_line
     name = report["exercise"]
     print(f"{name}: public checks of {args.submission}")
     if report["problem"]:
-        print(f"  {one_line(report['problem'])}")
+        print(f"  {results.one_line(report['problem'])}")
         print(f"{name}: the public checks could not run.")
         return 1
     outcomes = report["outcomes"]
     for o in outcomes:
         mark = {"passed": "ok  ", "failed": "FAIL", "not implemented": "todo"}[o["status"]]
-        print("  " + one_line(f"[{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else "")))
+        line = f"[{mark}] {o['description']}" + (f": {o['message']}" if o["message"] else "")
+        print("  " + results.one_line(line))
     passed = sum(o["status"] == "passed" for o in outcomes)
     print(f"{passed} of {len(outcomes)} public checks passed.")
     if outcomes and passed == len(outcomes):
@@ -362,28 +353,15 @@ def _check(args) -> int:
 
 
 def _release(args) -> int:
-    from .release import ReleaseError, make_release
-    try:
-        report = make_release(Path(args.out), root=Path(args.root) if args.root else None)
-    except ReleaseError as err:
-        return _usage(str(err))
-    for line in report:
-        print(line)
-    return 0
+    # The build tools are not the grader's: imported when asked for, so that a Gradescope
+    # autograder (the grader without them) still starts.
+    from coursetools.cli import release
+    return release(args, prog="python -m graders")
 
 
 def _autograder(args) -> int:
-    from .autograder import AutograderError, build_all
-    names = list(registry.names()) if args.all else args.exercises
-    if not names:
-        return _usage("autograder: name at least one EXERCISE, or --all")
-    try:
-        report = build_all(names, Path(args.out))
-    except AutograderError as err:
-        return _usage(str(err))
-    for line in report:
-        print(line)
-    return 0
+    from coursetools.cli import autograder        # as for _release
+    return autograder(args, prog="python -m graders")
 
 
 def _list(args) -> int:

@@ -64,7 +64,7 @@ from typing import Callable
 from . import feedback, registry
 from .checks import CallResult, Fail, describe
 from .harness import decode
-from .job import Case, Job, _spec, _timeout, copy_package, job_files, run_files, test_cases  # noqa: F401
+from .job import Case, Job, _spec, _timeout, job_files, run_files, test_cases
 from .machine_parts import other_parts
 from .notebook import Extracted, Refused, Source, Unreadable, infer_exercise, read, read_file
 from .outcomes import Outcome, Problem, Returned, Trouble, Verdict
@@ -76,10 +76,6 @@ __all__ = ["UsageError", "grade_bytes", "grade_file", "check_file", "job_files",
            "Returned", "Problem", "Verdict", "judge"]
 
 GRADER_VERSION = "2"
-
-# The feedback's words live in ``feedback``; the running steps (4-5) call these two by these names.
-_death, _import_problem = feedback.death, feedback.import_problem
-
 
 class UsageError(ValueError):
     """The grader was asked something it cannot do (unknown exercise, no such file...)."""
@@ -254,27 +250,53 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
             common, exercise: Exercise) -> dict:
     """7. The result: the summary, the notes, the isolation that held, what the submission printed
     (nothing of it for a ``quiet`` exercise)."""
-    quiet = exercise.quiet
-    troubles = {v.trouble for v in verdicts.values()}
-    if not runnable:
-        status = "missing"
-    elif session.import_problem is not None:
-        status = session.import_problem.trouble.value
-        notes.insert(0, session.import_problem.text)
-    else:
-        status = next((t.value for t in (Trouble.TIMEOUT, Trouble.CRASHED) if t in troubles), "ok")
     runs = session.runs
+    status = _status(verdicts, runnable, session, notes)
     passed = sum(e["status"] == "passed" for e in entries)
     score, total = sum(e["score"] for e in entries), sum(e["max_score"] for e in entries)
     lines = [f"{passed} of {len(entries)} hidden tests passed: {score:g} / {total:g} points."]
+    lines += [f"Note: {one_line(n)}"             # one line each, whatever words of the submission's it holds
+              for n in notes + _import_notes(runs, extracted, exercise)]
+    lines += _run_notes(runs, limits)
+    detail, held = "", {}
+    if sandbox:
+        held = {key: all(r.held.get(key) for r in runs) for key in runs[0].held} if runs else sandbox.planned()
+        detail = describe_isolation(sandbox.mode, sandbox.why, held)
+        lines.append(f"Isolation: {detail}.")
+    return make_result(tests=entries, status=status, isolation=sandbox.mode if sandbox else "none",
+                       execution_time=time.perf_counter() - clock, output="\n".join(lines),
+                       submission_output=_printed(runs, exercise.quiet),
+                       extra={"isolation_detail": detail, "isolation_held": held,
+                              "grader_version": GRADER_VERSION, "runs": [_run_record(r, clock) for r in runs]},
+                       **common)
+
+
+def _status(verdicts, runnable, session: Session, notes: list[str]) -> str:
+    """The result's status: missing, the loading problem's (said first among the notes), timeout,
+    crashed or ok."""
+    if not runnable:
+        return "missing"
+    if session.import_problem is not None:
+        notes.insert(0, session.import_problem.text)
+        return session.import_problem.trouble.value
+    troubles = {v.trouble for v in verdicts.values()}
+    return next((t.value for t in (Trouble.TIMEOUT, Trouble.CRASHED) if t in troubles), "ok")
+
+
+def _import_notes(runs, extracted: Extracted, exercise: Exercise) -> list[str]:
+    """A note for each of the submission's imports (five at most) that failed in the grader."""
     failures: dict[str, str] = {}
     for run in runs:
         failures.update(run.transcript.known_import_failures(extracted.imports))
     available = "numpy, Python's standard library" + "".join(
         f" and {lib.name}" + (f" (without {', '.join(lib.hide)})" if lib.hide else "") for lib in exercise.libs)
-    notes += [f"'{stmt}' failed in the grader ({feedback.error_kind(why) if quiet else why}); only {available} "
-              "are available" for stmt, why in list(failures.items())[:5]]
-    lines += [f"Note: {one_line(n)}" for n in notes]      # one line each, whatever words of the submission's it holds
+    return [f"'{stmt}' failed in the grader ({feedback.error_kind(why) if exercise.quiet else why}); only "
+            f"{available} are available" for stmt, why in list(failures.items())[:5]]
+
+
+def _run_notes(runs, limits: Limits) -> list[str]:
+    """Notes on messages dropped from the results channel and processes killed for memory."""
+    lines = []
     over = sum(r.transcript.dropped for r in runs)
     if over:
         lines.append(f"Note: {over} message{'s' if over != 1 else ''} on the grader's results channel went over "
@@ -284,30 +306,26 @@ def _result(entries, verdicts, runnable, session: Session, sandbox, notes, extra
     if oom:
         lines.append(f"Note: the kernel stopped {oom} of its processes for going over the memory "
                      f"limit ({feedback.size(limits.memory_bytes)} for all its processes together)")
-    detail, held = "", {}
-    if sandbox:
-        held = {key: all(r.held.get(key) for r in runs) for key in runs[0].held} if runs else sandbox.planned()
-        detail = describe_isolation(sandbox.mode, sandbox.why, held)
-        lines.append(f"Isolation: {detail}.")
+    return lines
+
+
+def _printed(runs, quiet: bool) -> str:
+    """What the submission printed (how much was dropped), or for a quiet exercise that it is not kept."""
     printed = "".join(r.output for r in runs)
     dropped = sum(r.output_dropped for r in runs)
     if dropped:
         printed += f"\n[... {dropped} more bytes of output dropped]"
     if quiet and printed:
         printed = "(not kept: for this exercise, nothing the submission prints is part of the result)"
-    return make_result(tests=entries, status=status, isolation=sandbox.mode if sandbox else "none",
-                       execution_time=time.perf_counter() - clock, output="\n".join(lines),
-                       submission_output=printed,
-                       extra={"isolation_detail": detail, "isolation_held": held,
-                              "grader_version": GRADER_VERSION,
-                              "runs": [{"killed": r.killed, "returncode": r.returncode,
-                                        "started": round(max(0.0, r.started - clock), 3),
-                                        "seconds": round(r.elapsed, 3), "cgroup": r.cgroup,
-                                        "oom_killed": r.oom_killed, "supervisor_lost": r.supervisor_lost,
-                                        "dropped_messages": r.transcript.dropped, "warm": r.warm,
-                                        "left_over": (r.ended.get("reaped") if type(r.ended.get("reaped")) is int
-                                                      else None)} for r in runs]},
-                       **common)
+    return printed
+
+
+def _run_record(r: Run, clock: float) -> dict:
+    """One sandbox run as the result's ``runs`` list records it."""
+    return {"killed": r.killed, "returncode": r.returncode, "started": round(max(0.0, r.started - clock), 3),
+            "seconds": round(r.elapsed, 3), "cgroup": r.cgroup, "oom_killed": r.oom_killed,
+            "supervisor_lost": r.supervisor_lost, "dropped_messages": r.transcript.dropped, "warm": r.warm,
+            "left_over": r.ended.get("reaped") if type(r.ended.get("reaped")) is int else None}
 
 
 # ------------------------------------------------------------------------ 1. read and choose
@@ -433,42 +451,7 @@ def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: lis
     chance.shuffle(shared)
     units = ([_Unit(shared)] if shared else []) + [_Unit([t]) for t in runnable if t.isolated]
     chance.shuffle(units)
-    done = 0
-    dropped: set[str] = set()
-
-    def stop_now() -> bool:
-        return bool(session.stopped or session.import_problem)
-
-    def merge(unit: _Unit, part: Session) -> None:
-        nonlocal done, dropped
-        session.runs.extend(part.runs)
-        session.outcomes.update(part.outcomes)
-        session.import_problem = session.import_problem or part.import_problem
-        session.stopped = session.stopped or part.stopped
-        timed_out = sum(o.timed_out for o in session.outcomes.values())
-        if not session.stopped and limits.give_up_after and timed_out >= limits.give_up_after:
-            session.stopped = Problem(f"not run: the submission timed out on {timed_out} tests, so the "
-                                      "others were skipped", Trouble.TIMEOUT)
-        if judged is not None:
-            dropped = judged(unit.tests)
-        done += len(unit.tests)
-        if progress is not None:
-            progress(done, len(runnable))
-
-    def run(unit: _Unit) -> Session:
-        part = Session()
-        _run_batch(sandbox, job, cases, unit.tests, limits, clock, extracted, part, quiet)
-        return part
-
-    def settled(unit: _Unit) -> None:
-        """A unit none of whose tests need to run any more counts as done for the progress."""
-        nonlocal done
-        done += len(unit.tests)
-        if progress is not None:
-            progress(done, len(runnable))
-
-    if progress is not None:
-        progress(0, len(runnable))
+    tally = _Tally(session, len(runnable), limits, judged, progress)
     pending = list(units)
     at_once = runs_at_once(sandbox, limits)
     # Several sandboxes are forked from warm ones (``sandbox.warm``), which load numpy once; one
@@ -478,21 +461,77 @@ def _run_tests(sandbox: Sandbox, job: Job, cases: dict[str, Case], runnable: lis
     with ThreadPoolExecutor(max_workers=at_once) as pool, warm:
         running = {}
         while pending or running:
-            while pending and len(running) < at_once and not stop_now():
+            while pending and len(running) < at_once and not tally.stopped():
                 unit = pending.pop(0)
-                if all(t.id in dropped for t in unit.tests):
-                    settled(unit)
+                if all(t.id in tally.dropped for t in unit.tests):
+                    tally.count(unit)
                     continue
-                running[pool.submit(run, unit)] = unit
+                running[pool.submit(_run_unit, sandbox, job, cases, unit, limits, clock, extracted, quiet)] = unit
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
-                merge(running.pop(future), future.result())
+                tally.merge(running.pop(future), future.result())
     stop = session.stopped or session.import_problem
     for test in runnable:
         if stop is not None:
             session.outcomes.setdefault(test.id, stop)
+
+
+def _run_unit(sandbox: Sandbox, job: Job, cases: dict[str, Case], unit: _Unit, limits: Limits, clock: float,
+              extracted: Extracted, quiet: bool) -> Session:
+    """One unit's tests in a sandbox (relaunched as needed), in a session of their own."""
+    part = Session()
+    _run_batch(sandbox, job, cases, unit.tests, limits, clock, extracted, part, quiet)
+    return part
+
+
+class _Tally:
+    """How far a grading has got: the units' sessions merged into the grading's, the tests done
+    (for ``progress``), and the tests that no longer need to run (``judged``'s answer)."""
+
+    def __init__(self, session: Session, total: int, limits: Limits,
+                 judged: Callable[[list[Test]], set[str]] | None, progress: Progress | None):
+        self.session, self.total, self.limits, self.judged, self.progress = session, total, limits, judged, progress
+        self.done = 0
+        self.dropped: set[str] = set()
+        if progress is not None:
+            progress(0, total)
+
+    def stopped(self) -> bool:
+        return bool(self.session.stopped or self.session.import_problem)
+
+    def count(self, unit: _Unit) -> None:
+        """``unit``'s tests are done (run, or none of them needs to run any more)."""
+        self.done += len(unit.tests)
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def merge(self, unit: _Unit, part: Session) -> None:
+        """What ``unit``'s sandbox gave joins the grading's session; then its tests are judged."""
+        session = self.session
+        session.runs.extend(part.runs)
+        session.outcomes.update(part.outcomes)
+        session.import_problem = session.import_problem or part.import_problem
+        session.stopped = session.stopped or part.stopped
+        timed_out = sum(o.timed_out for o in session.outcomes.values())
+        if not session.stopped and self.limits.give_up_after and timed_out >= self.limits.give_up_after:
+            session.stopped = _timed_out(timed_out)
+        if self.judged is not None:
+            self.dropped = self.judged(unit.tests)
+        self.count(unit)
+
+
+def _timed_out(tests: int) -> Problem:
+    """Why the tests not run yet never will be, once the submission timed out on ``tests`` tests."""
+    return Problem(f"not run: the submission timed out on {tests} tests, so the others were skipped", Trouble.TIMEOUT)
+
+
+def _give_up(session: Session, remaining: list[str], problem: Problem) -> None:
+    """The submission cannot go on: ``problem`` says why, and is the outcome of every test left."""
+    session.stopped = problem
+    for tid in remaining:
+        session.outcomes.setdefault(tid, problem)
 
 
 def _run_batch(sandbox: Sandbox, job: Job, cases: dict[str, Case], tests: list[Test], limits: Limits,
@@ -502,66 +541,81 @@ def _run_batch(sandbox: Sandbox, job: Job, cases: dict[str, Case], tests: list[T
     own holding only its own tests' inputs, each under a token drawn for that run: the test's id,
     its number and how many tests the exercise has never reach the sandbox."""
     test_seconds = {t.id: _timeout(t, limits) for t in tests}
-    outcomes = session.outcomes
     remaining = [t.id for t in tests]
     runs = 0
-
-    def give_up(why: str, trouble: Trouble) -> None:
-        session.stopped = Problem(f"not run: {why}", trouble)
-        for tid in remaining:
-            outcomes.setdefault(tid, session.stopped)
-
     while remaining:
         left = limits.submission_seconds - (time.perf_counter() - clock)
         if left <= 0.5:
-            give_up(f"the submission used up its time budget ({limits.submission_seconds:g} s)", Trouble.TIMEOUT)
+            _give_up(session, remaining, Problem(f"not run: the submission used up its time budget "
+                                                 f"({limits.submission_seconds:g} s)", Trouble.TIMEOUT))
             break
-        tokens = {secrets.token_hex(8): tid for tid in remaining}
-        files = run_files([(token, cases[tid]) for token, tid in tokens.items()], limits)
-        folder = Path(work_folder("grader-job-"))
-        try:
-            libs = job.write(folder, files)
-            run = sandbox.run(folder, Limits(**{**limits.as_dict(), "submission_seconds": left}),
-                              {token: test_seconds[tid] for token, tid in tokens.items()}, libs=libs)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        run, tokens = _run_once(sandbox, job, cases, remaining, test_seconds, limits, left)
         session.runs.append(run)
         runs += 1
-        transcript = run.transcript
-        outcomes.update({tid: Returned(_quiet(transcript.results[token]) if quiet else transcript.results[token])
-                         for token, tid in tokens.items() if token in transcript.results})
-        outcomes.update({tid: TOO_LARGE for token, tid in tokens.items()
-                         if token in transcript.too_large and token not in transcript.results})
-        if not transcript.import_ok:
-            session.import_problem = _loading_problem(transcript.imported, run, extracted, limits, quiet)
+        _keep_outcomes(session.outcomes, run.transcript, tokens, quiet)
+        if not run.transcript.import_ok:
+            session.import_problem = _loading_problem(run.transcript.imported, run, extracted, limits, quiet)
             for tid in remaining:
-                outcomes.setdefault(tid, session.import_problem)
+                session.outcomes.setdefault(tid, session.import_problem)
             break
-        running = tokens.get(run.running) if run.running else None
-        if running and running not in outcomes:
-            outcomes[running] = _ended(run, test_seconds.get(running, 0), limits, quiet)
-        remaining = [tid for tid in remaining if tid not in outcomes]
-        if not remaining or transcript.phase == "done":
-            gave_up = transcript.gave_up(len(tests))
-            for tid in remaining:
-                outcomes[tid] = (Problem(f"not run: the submission timed out on {gave_up} tests, so the "
-                                         "others were skipped", Trouble.TIMEOUT) if gave_up else
-                                 Problem("no result came back for this test", Trouble.CRASHED))
-            if gave_up:
-                session.stopped = Problem(f"not run: the submission timed out on {gave_up} tests, so the "
-                                          "others were skipped", Trouble.TIMEOUT)
-            break
-        timed_out = sum(o.timed_out for o in outcomes.values())
-        if limits.give_up_after and timed_out >= limits.give_up_after:
-            give_up(f"the submission timed out on {timed_out} tests, so the others were skipped", Trouble.TIMEOUT)
-            break
-        if run.killed in _FATAL or runs > limits.max_restarts:
-            give_up(*_fatal(run.killed, limits, runs))
-            break
+        remaining = _still_to_run(run, tokens, len(tests), remaining, session, limits, runs, test_seconds, quiet)
     # An isolated test whose run used up the budget or flooded the channel ends the submission too.
     if runs and not session.stopped and session.runs[-1].killed in _FATAL:
-        session.stopped = Problem("not run: " + _fatal(session.runs[-1].killed, limits, runs)[0],
-                                  _fatal(session.runs[-1].killed, limits, runs)[1])
+        why, trouble = _fatal(session.runs[-1].killed, limits, runs)
+        session.stopped = Problem("not run: " + why, trouble)
+
+
+def _run_once(sandbox: Sandbox, job: Job, cases: dict[str, Case], remaining: list[str], test_seconds: dict,
+              limits: Limits, left: float) -> tuple[Run, dict[str, str]]:
+    """One run of the ``remaining`` tests, each under a token drawn for it (token -> test id),
+    with ``left`` seconds of the submission's budget."""
+    tokens = {secrets.token_hex(8): tid for tid in remaining}
+    files = run_files([(token, cases[tid]) for token, tid in tokens.items()], limits)
+    folder = Path(work_folder("grader-job-"))
+    try:
+        libs = job.write(folder, files)
+        run = sandbox.run(folder, Limits(**{**limits.as_dict(), "submission_seconds": left}),
+                          {token: test_seconds[tid] for token, tid in tokens.items()}, libs=libs)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return run, tokens
+
+
+def _keep_outcomes(outcomes: dict, transcript, tokens: dict[str, str], quiet: bool) -> None:
+    """What came back of each test in a run's transcript: its result, or that it was too large."""
+    outcomes.update({tid: Returned(_quiet(transcript.results[token]) if quiet else transcript.results[token])
+                     for token, tid in tokens.items() if token in transcript.results})
+    outcomes.update({tid: TOO_LARGE for token, tid in tokens.items()
+                     if token in transcript.too_large and token not in transcript.results})
+
+
+def _still_to_run(run: Run, tokens: dict[str, str], count: int, remaining: list[str], session: Session,
+                  limits: Limits, runs: int, test_seconds: dict, quiet: bool) -> list[str]:
+    """After a run that loaded the submission: the outcome of the test it ended in, then the tests
+    to run in a new sandbox, or none when the run finished or the submission cannot go on
+    (``session.stopped`` says why)."""
+    outcomes, transcript = session.outcomes, run.transcript
+    running = tokens.get(run.running) if run.running else None
+    if running and running not in outcomes:
+        outcomes[running] = _ended(run, test_seconds.get(running, 0), limits, quiet)
+    remaining = [tid for tid in remaining if tid not in outcomes]
+    if not remaining or transcript.phase == "done":
+        gave_up = transcript.gave_up(count)
+        for tid in remaining:
+            outcomes[tid] = _timed_out(gave_up) if gave_up else Problem("no result came back for this test",
+                                                                         Trouble.CRASHED)
+        if gave_up:
+            session.stopped = _timed_out(gave_up)
+        return []
+    timed_out = sum(o.timed_out for o in outcomes.values())
+    if limits.give_up_after and timed_out >= limits.give_up_after:
+        _give_up(session, remaining, _timed_out(timed_out))
+        return []
+    if run.killed in _FATAL or runs > limits.max_restarts:
+        why, trouble = _fatal(run.killed, limits, runs)
+        _give_up(session, remaining, Problem(f"not run: {why}", trouble))
+        return []
+    return remaining
 
 
 # A quiet exercise's feedback says, of each test, whether it passed, failed, timed out or crashed:
@@ -588,7 +642,7 @@ def _quiet(message: dict) -> dict:
 def _ended(run: Run, seconds: float, limits: Limits, quiet: bool) -> Problem:
     """What to say of the test that was running when its run ended: for a quiet exercise, that
     it timed out or that the process ended, and nothing of how."""
-    problem = _death(run, seconds, limits)
+    problem = feedback.death(run, seconds, limits)
     if quiet and problem.trouble is Trouble.CRASHED:
         return Problem(_QUIET_CRASH, Trouble.CRASHED)
     return problem
@@ -599,9 +653,9 @@ def _loading_problem(message: dict | None, run: Run, extracted: Extracted, limit
     """Why the submission could not be loaded: for a quiet exercise, with no exit status and no
     exception's text, type or line."""
     if not quiet:
-        return _import_problem(message, run, extracted, limits)
-    problem = _import_problem(_quiet(message) if isinstance(message, dict) else message, run, extracted,
-                              limits, quiet=True)
+        return feedback.import_problem(message, run, extracted, limits)
+    problem = feedback.import_problem(_quiet(message) if isinstance(message, dict) else message, run, extracted,
+                                      limits, quiet=True)
     if problem.trouble is Trouble.CRASHED:
         return Problem("loading the submission failed" if message is not None
                        else "the submission's process ended while loading", Trouble.CRASHED)

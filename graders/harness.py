@@ -37,12 +37,18 @@ values as sets, and anything else as its type name only.  Only the standard libr
 from __future__ import annotations
 
 import base64
+import importlib.util
 import io
 import json
 import os
 import signal
 import sys
 import time
+
+# The harness starts in every sandboxed run, with ``-S`` and no site folders until ``main`` has read
+# ``--site``: what one path needs is imported on that path (numpy once its folder is on sys.path
+# and there are arrays, ``resource`` for the limits, ``public_checks`` for ``check`` only, and
+# ``traceback``, ``marshal``, ``builtins`` when a value needs them), so a run pays for no other.
 
 # ----------------------------------------------------------------------------------------- codec
 
@@ -118,7 +124,10 @@ def array_from_bytes(data: bytes):
 
 def encode(value, store=None, _budget=None, _depth=0):
     """``value`` as JSON-able data.  ``store(array) -> node`` decides where arrays go (inline by
-    default).  Never calls a method of an object it does not know the exact type of."""
+    default).  Never calls a method of an object it does not know the exact type of.
+
+    A codec with one branch per type it encodes, kept whole so that the types it knows read as
+    one list beside ``decode``'s (the course's shape test lists it as an exception)."""
     np = sys.modules.get("numpy")    # no numpy loaded: no numpy value can exist
 
     budget = _budget if _budget is not None else [MAX_ITEMS]
@@ -171,7 +180,11 @@ def encode(value, store=None, _budget=None, _depth=0):
 def decode(node, load=None, refs=None, modules=None):
     """The inverse of ``encode``.  ``load(node)`` reads an array stored elsewhere (``$nd``);
     ``refs(path)`` resolves ``$ref`` and ``modules(node)`` gives the module a ``$module`` node
-    stands for (both only inside the sandbox, for the grader's own inputs)."""
+    stands for (both only inside the sandbox, for the grader's own inputs).
+
+    A codec with one branch per tag (``$int``, ``$nd``, ``$tuple``...), kept whole so that every
+    tag it accepts reads as one list beside ``encode``'s (the course's shape test lists it as an
+    exception)."""
     if node is None or isinstance(node, (bool, str)):
         return node
     if isinstance(node, (int, float)):          # plain JSON numbers (only the grader writes those)
@@ -532,32 +545,62 @@ def main(argv: list[str]) -> None:
         sys.path[:0] = [p for p in opts["--lib"].split(os.pathsep) if p]
     channel.send({"t": "hello", "pid": os.getpid()})
 
-    import importlib.util
-    arrays = {}
-    npz_path = os.path.join(in_dir, "inputs.npz")
-    if os.path.exists(npz_path):   # numpy is loaded only when there are arrays (it costs start-up)
-        import numpy as np         # before the submission, so its patches cannot change the inputs
-        with np.load(npz_path, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-    # Fresh copies for every call, so one call's mutations never reach the next case.
-    class _Fresh(dict):
-        def __getitem__(self, key):
-            return dict.__getitem__(self, key).copy()
-    arrays = _Fresh(arrays)
+    arrays = _Fresh(_load_arrays(in_dir))
     only = set(filter(None, opts.get("--only", "").split(",")))
-    # The modules the cases pass are made now, before the submission is loaded, from the
-    # grader's code alone (a failure is that test's, raised when it runs).
+    cases = [case for case in spec["cases"] if not only or case["id"] in only]
+    built = _build_modules(cases, arrays)
+    filename = os.path.join(in_dir, "submission.py")
+    module = _import_submission(filename, spec, channel)
+
+    public = opts.get("--public")
+    if public:
+        names = [n for n in opts.get("--functions", public).split(",") if n]
+        _run_public(public, names, module, channel, float(spec.get("submission_timeout", 30.0)))
+        os._exit(0)
+    _run_cases(cases, int(spec.get("give_up_after_timeouts", 0) or 0), module, arrays, filename, built, channel)
+    channel.send({"t": "done"})
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        pass
+    os._exit(0)   # skip whatever atexit handlers the submission registered
+
+
+class _Fresh(dict):
+    """The job's arrays, a fresh copy for every call, so one call's mutations never reach the next case."""
+
+    def __getitem__(self, key):
+        return dict.__getitem__(self, key).copy()
+
+
+def _load_arrays(in_dir: str) -> dict:
+    """The job's input arrays (``inputs.npz``), read before the submission, so that its patches
+    cannot change them."""
+    npz_path = os.path.join(in_dir, "inputs.npz")
+    if not os.path.exists(npz_path):
+        return {}
+    import numpy as np         # loaded only when there are arrays (it costs start-up)
+    with np.load(npz_path, allow_pickle=False) as npz:
+        return {key: npz[key] for key in npz.files}
+
+
+def _build_modules(cases: list, arrays) -> dict:
+    """The modules the cases pass, made before the submission is loaded, from the grader's code
+    alone (a failure is that test's, raised when it runs): id of its node -> module or error."""
     built = {}
-    for case in spec["cases"]:
-        if only and case["id"] not in only:
-            continue
+    for case in cases:
         for node in _module_nodes(case["calls"], []):
             try:
                 built[id(node)] = make_module(node["$module"], lambda n: arrays[n["$nd"]])
             except Exception as err:  # noqa: BLE001
                 built[id(node)] = err
+    return built
 
-    filename = os.path.join(in_dir, "submission.py")
+
+def _import_submission(filename: str, spec: dict, channel: Channel):
+    """The submission's module, loaded within the import time limit; the process ends here when
+    it cannot be loaded (the channel says why)."""
     channel.send({"t": "import_start"})
     _arm(float(spec.get("import_timeout", 10.0)))
     try:
@@ -577,19 +620,15 @@ def main(argv: list[str]) -> None:
     channel.send({"t": "import", "ok": True,
                   "import_failures": {str(k)[:200]: str(v)[:200] for k, v in dict(failures).items()}
                   if isinstance(failures, dict) else {}})
+    return module
 
-    public = opts.get("--public")
-    if public:
-        names = [n for n in opts.get("--functions", public).split(",") if n]
-        _run_public(public, names, module, channel, float(spec.get("submission_timeout", 30.0)))
-        os._exit(0)
 
+def _run_cases(cases: list, give_up: int, module, arrays, filename: str, built: dict, channel: Channel) -> None:
+    """Each case in turn, its outcome sent as soon as it is known; after ``give_up`` timeouts the
+    process says so and ends (it hangs on everything: no need to wait for each test)."""
     timeouts = 0
-    give_up = int(spec.get("give_up_after_timeouts", 0) or 0)
-    for case in spec["cases"]:
-        if only and case["id"] not in only:
-            continue
-        if give_up and timeouts >= give_up:     # it hangs on everything: do not wait for each test
+    for case in cases:
+        if give_up and timeouts >= give_up:
             channel.send({"t": "done", "gave_up": timeouts})
             os._exit(0)
         channel.send({"t": "start", "id": case["id"]})
@@ -601,13 +640,6 @@ def main(argv: list[str]) -> None:
         except (TypeError, ValueError):
             channel.send({"t": "result", "id": case["id"], "calls": [],
                           "error": {"type": "EncodingError", "message": "the output could not be sent"}})
-    channel.send({"t": "done"})
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:  # noqa: BLE001
-        pass
-    os._exit(0)   # skip whatever atexit handlers the submission registered
 
 
 def _run_public(name: str, functions: list, module, channel: Channel, seconds: float) -> None:

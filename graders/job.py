@@ -25,7 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import registry
+from course.catalogue import counterparts
+from course.starters import starter_source
+
+from . import machine_parts, registry
 from .harness import encode
 from .registry import Lib, Module, Ref, Step, Test
 from .sandbox import Limits
@@ -133,7 +136,6 @@ def copy_package(lib: Lib, into: Path) -> Path:
     When something is hidden, the copy's ``__init__`` imports just the modules the package's own
     ``__init__`` imports and the copy still has (``from . import a, b``); the copy is named like
     the package, so it imports as it."""
-    from .answer_leaks import counterparts
     source = registry.package_dir(lib.name)
     target = into / lib.name
     hidden = set(lib.hide)
@@ -162,7 +164,6 @@ def copy_package(lib: Lib, into: Path) -> Path:
 
 def _starter(source: str, part) -> str:
     """``source`` with the function counterpart ``part`` a starter, as in the learner's copy."""
-    from .release import starter_source
     return starter_source(source, part, f"; then install yours with install({part.name}=...)")
 
 
@@ -170,7 +171,6 @@ def _parts_module(lib: Lib) -> str:
     """A module of the copy that installs the grader's own ``lib.parts`` (``machine_parts``,
     compiled: the file holds its bytecode, no source) into the copy, as a learner's ``install``
     would."""
-    from . import machine_parts
     unknown = set(lib.parts) - set(machine_parts.PARTS)
     if unknown:
         raise ValueError(f"the grader has no version of its own of {', '.join(sorted(unknown))}")

@@ -19,6 +19,7 @@ sharing no code with ``ga2``:
 from __future__ import annotations
 
 import marshal
+from pathlib import Path
 
 import numpy as np
 
@@ -77,6 +78,5 @@ def other_parts(exercise: str) -> tuple[str, ...]:
 def compiled() -> bytes:
     """This module's body compiled (no docstrings), as ``marshal`` bytes: what a sandbox runs to
     have these functions with no source text."""
-    from pathlib import Path
     source = Path(__file__).read_text(encoding="utf-8")
     return marshal.dumps(compile(source, FILE_NAME, "exec", optimize=2, dont_inherit=True))

@@ -269,6 +269,11 @@ def _notebook_cells(text: str, filename: str) -> tuple[list[tuple[str, str]], st
                      for c in (ws.get("cells") or [])]
     if not isinstance(raw_cells, list):
         raise Unreadable(f"{filename} is not a notebook (it has no list of cells)")
+    return _code_cells(raw_cells), _metadata_exercise(nb.get("metadata"))
+
+
+def _code_cells(raw_cells: list) -> list[tuple[str, str]]:
+    """("cell N", source) of each code cell whose source is text (a string or a list of them)."""
     cells = []
     for number, cell in enumerate(raw_cells, start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
@@ -279,12 +284,15 @@ def _notebook_cells(text: str, filename: str) -> tuple[list[tuple[str, str]], st
         if not isinstance(source, str):
             continue
         cells.append((f"cell {number}", source))
-    meta = nb.get("metadata")
-    exercise = None
+    return cells
+
+
+def _metadata_exercise(meta) -> str | None:
+    """The exercise the notebook's metadata names (``kvcourse.exercise``), when it is a name."""
     if isinstance(meta, dict) and isinstance(meta.get("kvcourse"), dict):
         name = meta["kvcourse"].get("exercise")
-        exercise = name if isinstance(name, str) and name.isidentifier() else None
-    return cells, exercise
+        return name if isinstance(name, str) and name.isidentifier() else None
+    return None
 
 
 # ----------------------------------------------------------------------------------- filtering
@@ -431,75 +439,98 @@ def _parse_cells(cells) -> tuple[list, list[str]] | Unreadable:
 
 def _extract_statements(statements, notes: list[str], functions: set[str], exercise, kind: str) -> Extracted:
     """Keep what defines the answer (see the module's docstring), in order."""
-    out_lines: list[str] = ["__grader_import_failures__ = {}"]
-    origins: list[tuple[str, int]] = [("", 0)]
-    definitions: dict[str, str] = {}
-    modules: set[str] = set()
-    imports: set[str] = set()
-    guarded: dict[str, str] = {}
-    kept = 0
-
-    def emit(lines, label, first):
-        for k, line in enumerate(lines):
-            out_lines.append(line)
-            origins.append((label, first + k))
-
+    kept = _Kept(functions)
     for label, node, seg, first in statements:
+        kept.statement(label, node, seg, first)
+    if kept.count == 0 and not kept.definitions:
+        notes.append("no function definitions were found")
+    guarded = {n: w for n, w in kept.guarded.items() if n not in kept.definitions}
+    return Extracted("\n".join(kept.lines) + "\n", kept.origins, kept.definitions, exercise, notes, kind,
+                     kept.imports, guarded)
+
+
+class _Kept:
+    """The code kept of a submission, statement by statement: its lines and where each came from
+    (cell, line), the names it defines and where, its imports, and the names defined only under
+    ``if __name__ == "__main__":`` (which the grader never runs)."""
+
+    def __init__(self, functions: set[str]):
+        self.functions = functions
+        self.lines: list[str] = ["__grader_import_failures__ = {}"]
+        self.origins: list[tuple[str, int]] = [("", 0)]
+        self.definitions: dict[str, str] = {}
+        self.modules: set[str] = set()
+        self.imports: set[str] = set()
+        self.guarded: dict[str, str] = {}
+        self.count = 0
+
+    def emit(self, lines, label, first) -> None:
+        for k, line in enumerate(lines):
+            self.lines.append(line)
+            self.origins.append((label, first + k))
+
+    def statement(self, label, node, seg, first) -> None:
         where = f"{label}, line {first}" if label else f"line {first}"
         if _is_main_guard(node):
-            for sub in node.body:
-                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
-                                    ast.AnnAssign)):
-                    line = first + sub.lineno - node.lineno
-                    for n in _bound_names(sub):
-                        guarded[n] = f"{label}, line {line}" if label else f"line {line}"
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names]
-            top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else None
-            tops = [top] if top is not None else [n.split(".")[0] for n in names]
-            if isinstance(node, ast.ImportFrom) and node.level:
-                continue  # relative imports mean nothing here
-            if all(t in DROPPED_IMPORTS for t in tops):
-                continue
-            bound = [a.asname or (a.name.split(".")[0] if isinstance(node, ast.Import) else a.name)
-                     for a in node.names]
-            modules.update(b for b in bound if b != "*")
-            text = " ".join(l.strip() for l in seg)[:120]
-            imports.add(text)
-            emit(["try:"], label, first)
-            emit(["    " + l for l in seg], label, first)
-            emit(["except ImportError as __grader_err:",
-                  f"    __grader_import_failures__[{text!r}] = str(__grader_err)"], label, first)
-            kept += 1
-            for b in bound:
-                if b != "*":
-                    definitions[b] = where
+            self.main_guard(node, label, first)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            self.import_(node, seg, label, first, where)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            emit(seg, label, first)
-            definitions[node.name] = where
-            kept += 1
+            self.emit(seg, label, first)
+            self.definitions[node.name] = where
+            self.count += 1
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if not all(_all_names(t) for t in targets):
-                continue
-            names = _bound_names(node)
-            if not (set(names) & functions) and not _simple_value(node.value, modules):
-                continue
-            if set(names) & functions or not _calls_a_module(node.value, modules):
-                emit(seg, label, first)
-            else:   # a module the sandbox lacks, or lacks part of, leaves this value undefined
-                emit(["try:"], label, first)
-                emit(["    " + l for l in seg], label, first)
-                emit(["except Exception:", "    pass"], label, first)
-            for n in names:
-                definitions[n] = where
-            kept += 1
-    if kept == 0 and not definitions:
-        notes.append("no function definitions were found")
-    guarded = {n: w for n, w in guarded.items() if n not in definitions}
-    return Extracted("\n".join(out_lines) + "\n", origins, definitions, exercise, notes, kind, imports,
-                     guarded)
+            self.assignment(node, seg, label, first, where)
+
+    def main_guard(self, node, label, first) -> None:
+        """Nothing of it runs; the names it defines are remembered, for the feedback."""
+        for sub in node.body:
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)):
+                line = first + sub.lineno - node.lineno
+                for n in _bound_names(sub):
+                    self.guarded[n] = f"{label}, line {line}" if label else f"line {line}"
+
+    def import_(self, node, seg, label, first, where) -> None:
+        """An import the sandbox may lack runs under ``try``, its failure recorded; relative
+        imports and the dropped ones (plotting, widgets) are left out."""
+        names = [a.name for a in node.names]
+        top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) else None
+        tops = [top] if top is not None else [n.split(".")[0] for n in names]
+        if isinstance(node, ast.ImportFrom) and node.level:
+            return  # relative imports mean nothing here
+        if all(t in DROPPED_IMPORTS for t in tops):
+            return
+        bound = [a.asname or (a.name.split(".")[0] if isinstance(node, ast.Import) else a.name) for a in node.names]
+        self.modules.update(b for b in bound if b != "*")
+        text = " ".join(l.strip() for l in seg)[:120]
+        self.imports.add(text)
+        self.emit(["try:"], label, first)
+        self.emit(["    " + l for l in seg], label, first)
+        self.emit(["except ImportError as __grader_err:",
+                   f"    __grader_import_failures__[{text!r}] = str(__grader_err)"], label, first)
+        self.count += 1
+        for b in bound:
+            if b != "*":
+                self.definitions[b] = where
+
+    def assignment(self, node, seg, label, first, where) -> None:
+        """An assignment to plain names is kept when it binds a graded name or its value is simple;
+        one that calls a module runs under ``try`` (the sandbox may lack the module)."""
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if not all(_all_names(t) for t in targets):
+            return
+        names = _bound_names(node)
+        if not (set(names) & self.functions) and not _simple_value(node.value, self.modules):
+            return
+        if set(names) & self.functions or not _calls_a_module(node.value, self.modules):
+            self.emit(seg, label, first)
+        else:   # a module the sandbox lacks, or lacks part of, leaves this value undefined
+            self.emit(["try:"], label, first)
+            self.emit(["    " + l for l in seg], label, first)
+            self.emit(["except Exception:", "    pass"], label, first)
+        for n in names:
+            self.definitions[n] = where
+        self.count += 1
 
 
 # ---------------------------------------------------------------------------------- exercise

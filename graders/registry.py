@@ -1,7 +1,8 @@
 """Every exercise the course grades: one module of hidden tests per exercise.
 
 ``graders/exercises/NAME.py`` defines ``EXERCISE = Exercise(...)``; adding an exercise is adding
-that module.  An exercise's ``make_tests()`` returns its hidden tests: each is a list of calls of
+that module and the exercise's line in the course's catalogue (``course.catalogue``: its chapter,
+title and the functions it grades).  An exercise's ``make_tests()`` returns its hidden tests: each is a list of calls of
 the learner's functions on inputs made with fixed seeds, a number of points, and a ``check`` that
 receives what the calls returned (as plain data) and raises ``Fail`` with a message for the
 learner when the answer is wrong.  Expected values live only in the checks' closures, in the
@@ -27,10 +28,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import pkgutil
+import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy
+
+from course import catalogue
 
 __all__ = ["Ref", "Step", "Module", "Lib", "Call", "Test", "case", "Item", "Exercise", "names", "get", "tests",
            "items",
@@ -148,14 +156,9 @@ class Item:
 
 @dataclass(frozen=True)
 class Exercise:
-    """An exercise: its name, chapter, the functions it grades and its hidden tests; the rest
-    is for exercises that need more than one entry per test (see the module's docstring).
-
-    ``counterparts`` names what in the course's own packages implements (or quotes) the answer,
-    so that no page prints it and the learner's copy ships none of it (``graders.answer_leaks``,
-    ``coursebook.show_source``, ``make release``): ``"package.module:function"``
-    (``"module:Class.method"``) is turned into a starter in the release, ``"package.module"`` (a
-    module or a whole sub-package) is left out of it.
+    """An exercise's hidden tests and how they are run.  What it is (its chapter, title, the
+    functions it grades and their ``counterparts`` in the engines) is the course's catalogue's
+    (``course.catalogue``): the properties below read it by ``name``.
 
     ``proceed(phase, verdicts)`` is asked before each phase after the first, with the verdicts
     so far (test id -> ``grading.Verdict``): None runs the phase, a reason skips its tests.
@@ -164,11 +167,7 @@ class Exercise:
     """
 
     name: str
-    chapter: int
-    functions: tuple[str, ...]
     make_tests: Callable[[], list[Test]] = field(compare=False)
-    title: str = ""
-    counterparts: tuple[str, ...] = ()
     libs: tuple[Lib, ...] = ()
     quiet: bool = False
     test_seconds: float | None = None
@@ -177,10 +176,28 @@ class Exercise:
     items: Callable[[list[Test]], list[Item]] | None = field(default=None, compare=False)
     report: Callable[[list[Test], dict], list[dict]] | None = field(default=None, compare=False)
 
+    @property
+    def entry(self) -> catalogue.Entry:
+        return catalogue.get(self.name)
 
-class UnknownExercise(KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0])
+    @property
+    def chapter(self) -> int:
+        return self.entry.chapter
+
+    @property
+    def title(self) -> str:
+        return self.entry.title
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        return self.entry.functions
+
+    @property
+    def counterparts(self) -> tuple[str, ...]:
+        return self.entry.counterparts
+
+
+UnknownExercise = catalogue.UnknownExercise
 
 
 PACKAGE = Path(__file__).resolve().parent       # the graders package (``fingerprint`` reads it)
@@ -190,10 +207,9 @@ def _exercise_names(folder: Path) -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules([str(folder)]) if not m.name.startswith("_"))
 
 
-@functools.lru_cache(maxsize=None)
 def names() -> tuple[str, ...]:
-    """The exercises the grader knows, in name order."""
-    return tuple(_exercise_names(Path(__file__).resolve().parent / "exercises"))
+    """The exercises the grader knows (the catalogue's), in name order."""
+    return catalogue.names()
 
 
 @functools.lru_cache(maxsize=None)
@@ -207,7 +223,7 @@ def get(name: str) -> Exercise:
     return exercise
 
 
-_lock = __import__("threading").Lock()
+_lock = threading.Lock()
 _tests_cache: dict[str, list[Test]] = {}
 
 
@@ -245,7 +261,6 @@ def grader_files(name: str, package: Path | None = None) -> list[Path]:
 
 def package_dir(name: str) -> Path:
     """The folder of the course package ``name`` (found, not imported)."""
-    import importlib.util
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise UnknownExercise(f"no course package named {name!r}")
@@ -268,9 +283,6 @@ def fingerprint(name: str) -> str:
     (``grader_files``), the course packages its tests run with (``lib_files``), and the versions
     of Python and numpy that run the submission and compute the expected values.  A batch
     regrades a submission when this changes."""
-    import sys
-
-    import numpy
     digest = hashlib.sha256(f"python {sys.version_info[0]}.{sys.version_info[1]} numpy {numpy.__version__}\0".encode())
     for path in grader_files(name):
         digest.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")

@@ -26,6 +26,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from . import registry
+
 __all__ = ["STATUSES", "make_result", "write_json", "write_text", "format_text", "test_entry", "clean",
            "clean_text", "zero_result", "grader_failed", "printable", "one_line"]
 
@@ -122,7 +124,6 @@ def zero_result(exercise: str | None, status: str, output: str, test_output: str
                 sha256: str = "", execution_time: float = 0.0, extra: dict | None = None) -> dict:
     """A result that grades nothing: every test of ``exercise`` (when the grader knows it) at zero
     with ``test_output``, ``output`` as the summary, so that the maximum score stays right."""
-    from . import registry                # the registry imports every exercise: only when needed
     tests, fingerprint = [], ""
     try:
         tests = [test_entry(i.name, i.points, False, test_output, i.visibility) for i in registry.items(exercise)]

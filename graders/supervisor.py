@@ -39,6 +39,10 @@ import signal
 import sys
 import time
 
+# The supervisor starts in every sandboxed run: what one mode needs is imported in that mode
+# (``ctypes`` to mount the fallback's view, ``importlib.util`` to load the harness, ``select``,
+# ``socket`` and ``importlib`` for a warm sandbox's server), so a run pays for no other.
+
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
@@ -139,7 +143,20 @@ def build_view(keep: list[str], tmp_bytes: int, workdir: str, uid: int | None, c
     plan = plan_view(top, keep, shown)
     os.umask(0o022)
     _mount(libc, ctypes, None, "/", None, MS_REC | MS_PRIVATE)
-    # Everything to bind back is opened before anything is covered (afterwards it is hidden).
+    held = _hold(plan, copy_root)     # opened before anything is covered (afterwards it is hidden)
+    _cover(libc, ctypes, plan, tmp_bytes)
+    for path, kind, what in held:
+        _bind_back(libc, ctypes, path, kind, what)
+    os.makedirs(workdir, 0o700, exist_ok=True)
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    os.chdir(workdir)
+    return {"hidden": plan["hide"], "kept": [p for p, _, _ in held if p not in plan["show"]], "shown": plan["show"]}
+
+
+def _hold(plan: dict, copy_root: str) -> list[tuple]:
+    """(path, kind, what) of everything to bind back: an O_PATH descriptor of each folder shown
+    (from ``copy_root``) and of each path kept, or a kept link's target."""
     held = []
     for path in plan["show"]:
         held.append((path, "dir", os.open(copy_root + path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
@@ -148,6 +165,12 @@ def build_view(keep: list[str], tmp_bytes: int, workdir: str, uid: int | None, c
             held.append((path, "link", os.readlink(path)))
         elif os.path.exists(path):
             held.append((path, "dir" if os.path.isdir(path) else "file", os.open(path, os.O_PATH | os.O_CLOEXEC)))
+    return held
+
+
+def _cover(libc, ctypes, plan: dict, tmp_bytes: int) -> None:
+    """Hide the plan's folders under empty tmpfs, blank its files and the machine-wide files of
+    /proc and the devices, and give /tmp and /dev/shm tmpfs of ``tmp_bytes`` each."""
     for folder in plan["hide"]:
         _mount(libc, ctypes, "tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096")
     for path in plan["blank"]:
@@ -160,26 +183,25 @@ def build_view(keep: list[str], tmp_bytes: int, workdir: str, uid: int | None, c
     _mount(libc, ctypes, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(tmp_bytes)}")
     if os.path.isdir("/dev/shm"):
         _mount(libc, ctypes, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={int(tmp_bytes)}")
-    for path, kind, what in held:
-        os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
-        if kind == "link":
-            os.symlink(what, path)
-            continue
-        if kind == "dir":
-            os.makedirs(path, 0o755, exist_ok=True)
-        else:
-            open(path, "a").close()
-        _mount(libc, ctypes, f"/proc/self/fd/{what}", path, None, MS_BIND | MS_REC)
-        os.close(what)
-        # Read-only for the submission; the flags the kernel locked on the original mount
-        # (nosuid, nodev, noexec in a user namespace) must be asked for again.
-        locked = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        _mount(libc, ctypes, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
-    os.makedirs(workdir, 0o700, exist_ok=True)
-    if uid is not None:
-        os.chown(workdir, uid, uid)
-    os.chdir(workdir)
-    return {"hidden": plan["hide"], "kept": [p for p, _, _ in held if p not in plan["show"]], "shown": plan["show"]}
+
+
+def _bind_back(libc, ctypes, path: str, kind: str, what) -> None:
+    """Put one held path back, read-only: a link as a link, a folder or file bound from its
+    descriptor (which is closed)."""
+    os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+    if kind == "link":
+        os.symlink(what, path)
+        return
+    if kind == "dir":
+        os.makedirs(path, 0o755, exist_ok=True)
+    else:
+        open(path, "a").close()
+    _mount(libc, ctypes, f"/proc/self/fd/{what}", path, None, MS_BIND | MS_REC)
+    os.close(what)
+    # Read-only for the submission; the flags the kernel locked on the original mount
+    # (nosuid, nodev, noexec in a user namespace) must be asked for again.
+    locked = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount(libc, ctypes, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | locked)
 
 
 # -------------------------------------------------------------------------- privileges

@@ -118,18 +118,18 @@ class Transcript:
         if message is None:
             self.junk += 1
             return
+        self._message(message, len(line), tokens)
+
+    def _message(self, message: dict, size: int, tokens: int) -> None:
+        """One decoded message, taken only where the harness's protocol allows it (a message out
+        of turn changes nothing)."""
         kind = message["t"]
         if kind == "hello":
             self.hello = True
         elif kind == "import_start" and self.phase == "startup":
             self.phase = "import"
         elif kind == "import" and self.phase in ("startup", "import"):
-            self.imported = _import_fields(message)
-            self.phase = "between"
-            failures = message.get("import_failures")
-            if message.get("ok") and isinstance(failures, dict):
-                self.import_failures = {k: v[:MAX_TEXT] for k, v in list(failures.items())[:MAX_FAILURES]
-                                        if isinstance(k, str) and isinstance(v, str)}
+            self._imported(message)
         elif kind == "start" and self.phase in ("between", "done"):
             tid = message.get("id")
             if isinstance(tid, str) and tid in self.tests and tid not in self._started:
@@ -137,12 +137,22 @@ class Transcript:
                 self.phase, self.running, self._last = "test", tid, tid
         elif (kind == "result" and self._last is not None and message.get("id") == self._last
               and self.phase in ("test", "between", "done")):
-            self._keep(self._last, message, len(line), tokens)  # the last one before the next start wins
+            self._keep(self._last, message, size, tokens)  # the last one before the next start wins
             if self.phase == "test":
                 self.phase, self.running = "between", None
         elif kind in ("done", "public") and self.phase in ("between", "done"):
             self.finished = message if kind == "public" else {"t": "done", "gave_up": message.get("gave_up")}
             self.phase, self.running = "done", None
+
+    def _imported(self, message: dict) -> None:
+        """The submission was loaded (or not): keep what the harness says of it and of the imports
+        that failed."""
+        self.imported = _import_fields(message)
+        self.phase = "between"
+        failures = message.get("import_failures")
+        if message.get("ok") and isinstance(failures, dict):
+            self.import_failures = {k: v[:MAX_TEXT] for k, v in list(failures.items())[:MAX_FAILURES]
+                                    if isinstance(k, str) and isinstance(v, str)}
 
     def _keep(self, tid: str, message: dict, size: int, tokens: int) -> None:
         """Keep ``message`` as the result of ``tid`` (in place of an earlier one) within the run's

@@ -21,6 +21,7 @@ Modules, one concept each:
     validate      the checks at the engine's boundary: token ids, counts, EOS ids, indices
     plan          ``StepPlan``: what one forward step writes and reads, decided once per step
     cache         the contiguous KV cache of a batch, one object per layer behind one interface
+    layouts       the cache layouts by name (``cache="contiguous"`` or ``"paged"``) and ``new_cache``
     cache_dtypes  how a cache row is stored: float64, float32, float16, bfloat16, int8 with a scale
     paged         the paged cache: ``BlockAllocator``, block tables, copy-on-write (``cache="paged"``)
     prefix        prefix sharing: full blocks named by their tokens and reused

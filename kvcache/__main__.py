@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from .cache import CACHE_KINDS
+from .layouts import CACHE_KINDS
 from .cache_dtypes import CACHE_DTYPES
 from .checkpoint import CheckpointError
 from .config import UnsupportedConfig
@@ -114,18 +114,20 @@ def _show(text: str) -> None:
     print(text, end="", flush=True)
 
 
-def generate_command(args, show=None) -> dict:
-    """Run ``generate``; returns what is printed (a dict).  ``show(text)``, when given, receives
-    the reply of a single text prompt piece by piece as greedy decoding produces it."""
-    if args.random:
-        config = {"vocab_size": args.vocab_size, "hidden_size": args.hidden_size,
-                  "intermediate_size": args.intermediate_size, "num_hidden_layers": args.layers,
-                  "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads,
-                  "max_position_embeddings": args.max_positions}
-        model = Model.random(config, seed=args.seed, dtype=args.dtype)
-        tokenizer = None
-    else:
-        model, tokenizer = load_with_tokenizer(args.model, dtype=args.dtype)
+def _model_and_tokenizer(args):
+    """A model of random weights (no tokenizer) or the one ``--model`` names, with its tokenizer."""
+    if not args.random:
+        return load_with_tokenizer(args.model, dtype=args.dtype)
+    config = {"vocab_size": args.vocab_size, "hidden_size": args.hidden_size,
+              "intermediate_size": args.intermediate_size, "num_hidden_layers": args.layers,
+              "num_attention_heads": args.heads, "num_key_value_heads": args.kv_heads,
+              "max_position_embeddings": args.max_positions}
+    return Model.random(config, seed=args.seed, dtype=args.dtype), None
+
+
+def _prompts(args, tokenizer) -> list[list[int]]:
+    """The prompts' token ids: ``--prompt-ids`` as given, then ``--prompt``'s texts encoded (as
+    chat turns with ``--chat``)."""
     if args.prompt and tokenizer is None:
         raise ValueError("--prompt needs a tokenizer.json in the --model folder (or a GGUF file, which "
                          "holds its tokenizer); use --prompt-ids")
@@ -139,34 +141,30 @@ def generate_command(args, show=None) -> dict:
                     for text in args.prompt]
     if not prompts:
         raise ValueError("give at least one --prompt-ids (or --prompt with a tokenizer)")
-    eos = _eos(args.eos, model)
-    early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
-    if args.prompt_lookup is not None and args.beams != 1:
-        raise ValueError("--prompt-lookup drafts for greedy decoding: it does not combine with --beams")
-    streaming = show is not None and tokenizer is not None and args.beams == 1 and len(prompts) == 1 \
-        and bool(args.prompt) and args.prompt_lookup is None
-    start = time.perf_counter()
-    traces: list[list] = []
-    lookup: dict | None = None
-    if args.prompt_lookup is not None:
-        lookup = {}
-        outputs = speculative_greedy(model, prompts, args.max_new_tokens, eos, args.cache,
-                                     num_draft_tokens=args.prompt_lookup, stats=lookup,
-                                     cache_dtype=args.cache_dtype)
-    elif args.beams == 1:
-        trace: list = _StreamingTrace(tokenizer.stream(), show) if streaming else []
+    return prompts
+
+
+def _decode(args, model, prompts, eos, stream, show) -> tuple[list, list[list]]:
+    """The outputs, and a trace per run: one greedy run of every prompt (shown as it goes when
+    ``stream`` is given), or a beam search per prompt."""
+    if args.beams == 1:
+        trace: list = _StreamingTrace(stream, show) if stream is not None else []
         outputs = greedy(model, prompts, args.max_new_tokens, eos, args.cache, cache_dtype=args.cache_dtype,
                          trace=trace)
+        return outputs, [trace]
+    early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
+    outputs, traces = [], []
+    for p in prompts:
+        trace = []
+        outputs.append(beam_search(model, p, args.beams, args.max_new_tokens, eos, args.length_penalty,
+                                   early, args.cache, cache_dtype=args.cache_dtype, trace=trace))
         traces.append(trace)
-    else:
-        outputs = []
-        for p in prompts:
-            trace = []
-            outputs.append(beam_search(model, p, args.beams, args.max_new_tokens, eos, args.length_penalty,
-                                       early, args.cache, cache_dtype=args.cache_dtype, trace=trace))
-            traces.append(trace)
-    total = time.perf_counter() - start
-    # prefill: from the start to each run's first step; decode: the steps after it
+    return outputs, traces
+
+
+def _phase_times(traces: list[list], start: float) -> tuple[float, float, int]:
+    """(prefill seconds, decode seconds, decoded tokens): the prefill from the start to each run's
+    first step; the decode the steps after it."""
     prefill_s, decode_s, decode_tokens = 0.0, 0.0, 0
     run_start = start
     for trace in traces:
@@ -176,12 +174,27 @@ def generate_command(args, show=None) -> dict:
         decode_s += trace[-1]["time"] - trace[0]["time"]
         decode_tokens += sum(len(step["tokens"]) for step in trace[1:])
         run_start = trace[-1]["time"]
+    return prefill_s, decode_s, decode_tokens
+
+
+def generate_command(args, show=None) -> dict:
+    """Run ``generate``; returns what is printed (a dict).  ``show(text)``, when given, receives
+    the reply of a single text prompt piece by piece as greedy decoding produces it."""
+    model, tokenizer = _model_and_tokenizer(args)
+    prompts = _prompts(args, tokenizer)
+    eos = _eos(args.eos, model)
+    if args.prompt_lookup is not None and args.beams != 1:
+        raise ValueError("--prompt-lookup drafts for greedy decoding: it does not combine with --beams")
+    if args.prompt_lookup is not None:
+        return _prompt_lookup_command(args, model, tokenizer, prompts, eos)
+    streaming = show is not None and tokenizer is not None and args.beams == 1 and len(prompts) == 1 \
+        and bool(args.prompt)
+    start = time.perf_counter()
+    outputs, traces = _decode(args, model, prompts, eos, tokenizer.stream() if streaming else None, show)
+    total = time.perf_counter() - start
+    prefill_s, decode_s, decode_tokens = _phase_times(traces, start)
     cache_bytes = max((s["cache_bytes"] for t in traces for s in t), default=0)
     used = max((s["cache_used_bytes"] for t in traces for s in t), default=0)
-    if lookup is not None:                   # one run: its prefill, the passes after it, its cache
-        prefill_s, decode_s, cache_bytes = lookup["prefill_seconds"], lookup["decode_seconds"], lookup["cache_bytes"]
-        decode_tokens = max(0, lookup["tokens"] - len(prompts))
-        used = None
     result = {
         "outputs": outputs,
         "prompt_tokens": sum(len(p) for p in prompts),
@@ -191,17 +204,41 @@ def generate_command(args, show=None) -> dict:
         "decode_tokens_per_s": decode_tokens / decode_s if decode_s > 0 else None,
         "tokens_per_s": sum(len(o) for o in outputs) / total if total > 0 else None,
         "cache": args.cache, "cache_dtype": args.cache_dtype or model.dtype.name,
-        "cache_bytes": int(cache_bytes), "cache_used_bytes": None if used is None else int(used),
+        "cache_bytes": int(cache_bytes), "cache_used_bytes": int(used),
         "beams": args.beams, "eos_token_id": eos,
     }
-    if lookup is not None:
-        lookup["num_draft_tokens"] = args.prompt_lookup
-        lookup["tokens_per_forward_pass"] = lookup["tokens"] / lookup["forward_passes"] \
-            if lookup["forward_passes"] else None
-        result["prompt_lookup"] = lookup
     if tokenizer is not None:
         result["texts"] = [tokenizer.decode(o) for o in outputs]
     result["streamed"] = streaming
+    return result
+
+
+def _prompt_lookup_command(args, model, tokenizer, prompts, eos) -> dict:
+    """``generate --prompt-lookup K``: speculative greedy decoding, with its counts."""
+    lookup: dict = {}
+    start = time.perf_counter()
+    outputs = speculative_greedy(model, prompts, args.max_new_tokens, eos, args.cache,
+                                 num_draft_tokens=args.prompt_lookup, stats=lookup, cache_dtype=args.cache_dtype)
+    total = time.perf_counter() - start
+    prefill_s, decode_s = lookup["prefill_seconds"], lookup["decode_seconds"]
+    decode_tokens = max(0, lookup["tokens"] - len(prompts))          # the prefill's tokens aside
+    lookup["num_draft_tokens"] = args.prompt_lookup
+    lookup["tokens_per_forward_pass"] = lookup["tokens"] / lookup["forward_passes"] if lookup["forward_passes"] else None
+    result = {
+        "outputs": outputs,
+        "prompt_tokens": sum(len(p) for p in prompts),
+        "new_tokens": sum(len(o) for o in outputs),
+        "seconds": total,
+        "prefill_tokens_per_s": sum(len(p) for p in prompts) / prefill_s if prefill_s > 0 else None,
+        "decode_tokens_per_s": decode_tokens / decode_s if decode_s > 0 else None,
+        "tokens_per_s": sum(len(o) for o in outputs) / total if total > 0 else None,
+        "cache": args.cache, "cache_dtype": args.cache_dtype or model.dtype.name,
+        "cache_bytes": int(lookup["cache_bytes"]), "cache_used_bytes": None,
+        "beams": 1, "eos_token_id": eos, "prompt_lookup": lookup,
+    }
+    if tokenizer is not None:
+        result["texts"] = [tokenizer.decode(o) for o in outputs]
+    result["streamed"] = False
     return result
 
 

@@ -20,9 +20,9 @@ The interface a layer's attention sees (``LayerCache``, an abstract base class):
 
 The model calls only ``reserve`` (once per step, on the ``KVCache``), ``update`` and ``attend``,
 so it never knows how the positions are laid out: another layout is another ``LayerCache``
-registered under its own name with ``register_cache``, and ``new_cache(kind, ...)`` /
-``generate.greedy(..., cache=kind)`` select it.  ``kvcache.paged`` registers "paged"
-(fixed-size blocks from one pool, with block tables).  ``KVCache`` holds the layers of one
+listed under its own name in ``kvcache.layouts``, where ``new_cache(kind, ...)`` /
+``generate.greedy(..., cache=kind)`` select it: "contiguous" (``contiguous_cache``, here) or
+"paged" (``kvcache.paged``: fixed-size blocks from one pool, with block tables).  ``KVCache`` holds the layers of one
 model, checks that a step fits before any layer writes (``reserve``), and applies
 reorder/select/crop to every layer; the checks of their arguments are written once
 (``check_reorder``, ``check_select``, ``check_crop``) for every layout.
@@ -34,7 +34,6 @@ is a decode (every count 1), decided there once; a layer keeps no state between 
 """
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -45,7 +44,7 @@ from .gqa import attend_new_tokens, decode_attention
 from .plan import StepPlan, plan_step
 
 __all__ = ["CacheFullError", "LayerCache", "ContiguousLayerCache", "KVCache", "StepPlan",
-           "CACHE_KINDS", "register_cache", "new_cache", "reorder_cache",
+           "contiguous_cache", "reorder_cache",
            "check_reorder", "check_select", "check_crop", "check_room", "check_plan"]
 
 
@@ -473,46 +472,14 @@ class KVCache:
         return out
 
 
-# ---------------------------------------------------------------------- choosing a layout by name
-
-CACHE_KINDS: dict = {}
+# ---------------------------------------------------------------------- the contiguous layout's factory
 
 
-def register_cache(name: str):
-    """Register ``factory(n_layers, batch, kv_heads, head_dim, max_len, dtype, compute_dtype,
-    capacity, **options) -> KVCache`` under ``name`` (the ``cache=`` argument of generation)."""
-    def decorate(factory):
-        CACHE_KINDS[name] = factory
-        return factory
-    return decorate
-
-
-@register_cache("contiguous")
 def contiguous_cache(n_layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int,
                      dtype="float32", compute_dtype=np.float32, capacity: int | None = None) -> KVCache:
     """One preallocated [capacity, G, max_len, d] buffer pair per layer."""
     return KVCache([ContiguousLayerCache(batch, kv_heads, head_dim, max_len, dtype, compute_dtype, capacity)
                     for _ in range(n_layers)], "contiguous")
-
-
-def _load_layouts() -> None:
-    """Import the modules that register the other layouts (they import this one, so they are
-    loaded on first use rather than at the top)."""
-    from . import paged  # noqa: F401 - registers "paged"
-
-
-def new_cache(kind: str, **kwargs) -> KVCache:
-    """The cache layout called ``kind`` (see CACHE_KINDS), built with ``kwargs``."""
-    if isinstance(kind, str) and kind not in CACHE_KINDS:
-        _load_layouts()
-    if not isinstance(kind, str) or kind not in CACHE_KINDS:
-        raise ValueError(f"no cache layout {kind!r}: the layouts are {', '.join(sorted(CACHE_KINDS))}")
-    factory = CACHE_KINDS[kind]
-    accepted = inspect.signature(factory).parameters
-    unknown = sorted(k for k in kwargs if k not in accepted)
-    if unknown and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
-        raise TypeError(f"cache layout {kind!r} takes no option {', '.join(map(repr, unknown))}")
-    return factory(**kwargs)
 
 
 # ---------------------------------------------------------------------- the plain form

@@ -74,6 +74,45 @@ REFUSED_KEYS = {
 _FIXED = {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False}
 
 
+def _refuse_other_models(cfg: dict) -> None:
+    """Pop the keys that name the model (type, architecture, fixed choices such as the activation)
+    and refuse any but Llama's."""
+    model_type = cfg.pop("model_type", "llama")
+    if model_type != "llama":
+        raise UnsupportedConfig(f"model_type {model_type!r} is not supported: this engine runs the "
+                                "Llama architecture (model_type 'llama') only")
+    architectures = cfg.pop("architectures", None)
+    if architectures is not None and list(architectures) != ["LlamaForCausalLM"]:
+        raise UnsupportedConfig(f"architectures {architectures!r} is not supported: this engine runs "
+                                "LlamaForCausalLM only")
+    for key, expected in _FIXED.items():
+        value = cfg.pop(key, expected)
+        if value != expected:
+            raise UnsupportedConfig(f"{key}={value!r} is not supported (this engine implements "
+                                    f"{key}={expected!r} only)")
+
+
+def _refuse_changing_keys(cfg: dict) -> None:
+    """Refuse, by name, every key that would change the model and that the engine does not
+    implement (a GGUF file's quantization, which transformers dequantized, is dropped)."""
+    quantization = cfg.get("quantization_config")
+    if isinstance(quantization, dict) and quantization.get("quant_method") == "gguf":
+        del cfg["quantization_config"]       # transformers dequantized a GGUF file: plain tensors
+    refused = sorted(k for k in cfg if k in REFUSED_KEYS and not _neutral(cfg[k], REFUSED_KEYS[k]))
+    if refused:
+        raise UnsupportedConfig(f"config key(s) {', '.join(map(repr, refused))} not supported by this "
+                                "engine: refused rather than ignored, since they change the model "
+                                f"({', '.join(f'{k}={cfg[k]!r}' for k in refused)})")
+
+
+def _head_dim(hidden, heads) -> int:
+    """The head width when config.json does not give it: hidden_size / num_attention_heads."""
+    if not isinstance(hidden, int) or not isinstance(heads, int) or heads < 1 or hidden % heads:
+        raise ValueError(f"config hidden_size ({hidden!r}) must be a multiple of num_attention_heads "
+                         f"({heads!r}) when head_dim is not given")
+    return hidden // heads
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The sizes of a Llama model (see the module docstring for the letters)."""
@@ -144,19 +183,7 @@ class ModelConfig:
         if not isinstance(config, dict):
             raise TypeError(f"config must be a dict (the keys of config.json), got {type(config).__name__}")
         cfg = dict(config)
-        model_type = cfg.pop("model_type", "llama")
-        if model_type != "llama":
-            raise UnsupportedConfig(f"model_type {model_type!r} is not supported: this engine runs the "
-                                    "Llama architecture (model_type 'llama') only")
-        architectures = cfg.pop("architectures", None)
-        if architectures is not None and list(architectures) != ["LlamaForCausalLM"]:
-            raise UnsupportedConfig(f"architectures {architectures!r} is not supported: this engine runs "
-                                    "LlamaForCausalLM only")
-        for key, expected in _FIXED.items():
-            value = cfg.pop(key, expected)
-            if value != expected:
-                raise UnsupportedConfig(f"{key}={value!r} is not supported (this engine implements "
-                                        f"{key}={expected!r} only)")
+        _refuse_other_models(cfg)
         rope_theta = _rope_theta(cfg)
         required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                     "num_attention_heads")
@@ -166,22 +193,12 @@ class ModelConfig:
         eos = cfg.get("eos_token_id")
         if isinstance(eos, list):
             eos = tuple(eos)
-        quantization = cfg.get("quantization_config")
-        if isinstance(quantization, dict) and quantization.get("quant_method") == "gguf":
-            del cfg["quantization_config"]       # transformers dequantized a GGUF file: plain tensors
-        refused = sorted(k for k in cfg if k in REFUSED_KEYS and not _neutral(cfg[k], REFUSED_KEYS[k]))
-        if refused:
-            raise UnsupportedConfig(f"config key(s) {', '.join(map(repr, refused))} not supported by this "
-                                    "engine: refused rather than ignored, since they change the model "
-                                    f"({', '.join(f'{k}={cfg[k]!r}' for k in refused)})")
+        _refuse_changing_keys(cfg)
         heads = cfg["num_attention_heads"]
         hidden = cfg["hidden_size"]
         head_dim = cfg.get("head_dim")
         if head_dim is None:
-            if not isinstance(hidden, int) or not isinstance(heads, int) or heads < 1 or hidden % heads:
-                raise ValueError(f"config hidden_size ({hidden!r}) must be a multiple of num_attention_heads "
-                                 f"({heads!r}) when head_dim is not given")
-            head_dim = hidden // heads
+            head_dim = _head_dim(hidden, heads)
         kv_heads = cfg.get("num_key_value_heads")
         return cls(
             vocab_size=cfg["vocab_size"], hidden_size=hidden,

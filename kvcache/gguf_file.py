@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import UnsupportedConfig
 from .half import bfloat16
 
 __all__ = ["GGUFError", "SUPPORTED_TYPES", "CHUNK_VALUES", "TensorFile", "is_gguf", "open_gguf", "metadata",
@@ -130,28 +131,14 @@ def metadata(source) -> dict:
     return {key: field.contents() for key, field in reader.fields.items() if not key.startswith("GGUF.")}
 
 
-def read_config(source) -> dict:
-    """The model's config as transformers' config.json keys, from the file's ``llama.*`` metadata.
-
-    Refused by name: an architecture other than llama, a partial rotary dimension, rotary
-    scaling, mixtures of experts, and any other ``llama.*`` key.  The EOS and BOS ids come from
-    ``tokenizer.ggml.*``; the embeddings are tied when the file has no ``output.weight``.
-    """
-    from .config import UnsupportedConfig
-
-    reader = _reader(source)
-    meta = metadata(reader)
-    arch = meta.get("general.architecture")
-    if arch != "llama":
-        raise UnsupportedConfig(f"GGUF architecture {arch!r} is not supported: this engine reads "
-                                "general.architecture 'llama' only")
-    prefix = "llama."
-    settings = {k[len(prefix):]: v for k, v in meta.items() if k.startswith(prefix)}
-    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
-    refused = []
+def _sizes(settings: dict) -> dict:
+    """The config.json sizes of the ``llama.*`` settings (``SIZES``); a setting that would change
+    the model (not neutral, not checked elsewhere) is refused, and a size the model needs must be
+    there."""
+    prefix, sizes, refused = "llama.", {}, []
     for key, value in settings.items():
         if key in SIZES:
-            config[SIZES[key]] = value
+            sizes[SIZES[key]] = value
         elif key in NEUTRAL:
             if value not in NEUTRAL[key]:
                 refused.append(f"{prefix}{key}={value!r}")
@@ -161,24 +148,48 @@ def read_config(source) -> dict:
         raise UnsupportedConfig(f"GGUF setting(s) {', '.join(refused)} not supported by this engine: "
                                 "refused rather than ignored, since they change the model")
     missing = [prefix + k for k, name in SIZES.items()
-               if name not in config and k not in ("vocab_size", "rope.freq_base", "attention.head_count_kv")]
+               if name not in sizes and k not in ("vocab_size", "rope.freq_base", "attention.head_count_kv")]
     if missing:
         raise GGUFError(f"GGUF file lacks {', '.join(missing)}")
-    if "vocab_size" not in config and "tokenizer.ggml.tokens" in meta:
-        config["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
-    heads = config["num_attention_heads"]
+    return sizes
+
+
+def _key_length(settings: dict, config: dict):
+    """The head width the file states (``attention.key_length``), or None; keys and values must
+    have the same width, and the rotary embedding must turn all of each head."""
     key_length = settings.get("attention.key_length")
     value_length = settings.get("attention.value_length", key_length)
     if key_length != value_length:
         raise UnsupportedConfig(f"llama.attention.key_length={key_length} differs from "
                                 f"llama.attention.value_length={value_length}: not supported")
-    head_dim = key_length if key_length is not None else config["hidden_size"] // heads
-    if key_length is not None:
-        config["head_dim"] = key_length
+    head_dim = key_length if key_length is not None else config["hidden_size"] // config["num_attention_heads"]
     rotary = settings.get("rope.dimension_count", head_dim)
     if rotary != head_dim:
         raise UnsupportedConfig(f"llama.rope.dimension_count={rotary} rotates part of each head of "
                                 f"{head_dim}: not supported (all of each head rotates)")
+    return key_length
+
+
+def read_config(source) -> dict:
+    """The model's config as transformers' config.json keys, from the file's ``llama.*`` metadata.
+
+    Refused by name: an architecture other than llama, a partial rotary dimension, rotary
+    scaling, mixtures of experts, and any other ``llama.*`` key.  The EOS and BOS ids come from
+    ``tokenizer.ggml.*``; the embeddings are tied when the file has no ``output.weight``.
+    """
+    reader = _reader(source)
+    meta = metadata(reader)
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise UnsupportedConfig(f"GGUF architecture {arch!r} is not supported: this engine reads "
+                                "general.architecture 'llama' only")
+    settings = {k[len("llama."):]: v for k, v in meta.items() if k.startswith("llama.")}
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], **_sizes(settings)}
+    if "vocab_size" not in config and "tokenizer.ggml.tokens" in meta:
+        config["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
+    key_length = _key_length(settings, config)
+    if key_length is not None:
+        config["head_dim"] = key_length
     names = {t.name for t in reader.tensors}
     config["tie_word_embeddings"] = "output.weight" not in names
     for key in ("eos_token_id", "bos_token_id"):

@@ -60,11 +60,13 @@ from pathlib import Path
 import numpy as np
 
 from . import validate
-from .cache import KVCache, LayerCache, new_cache
+from .cache import KVCache, LayerCache
 from .checkpoint import read_config, read_state_dict
 from .config import ModelConfig
 from .gqa import causal_attention
+from .gguf_file import TensorFile, is_gguf, open_gguf
 from .half import HALF_DTYPES, is_half, round_to
+from .layouts import new_cache
 from .linear import linear
 from .norm import rms_norm, swiglu
 from .plan import StepPlan
@@ -341,8 +343,6 @@ class Model:
         Refused before anything is read: the config (``read_config``), tensors of types or names
         the engine does not read, and tensors missing, unexpected or of the wrong shape (every one
         named).  A tensor holding non-finite values is named once all are read."""
-        from .gguf_file import TensorFile, open_gguf
-
         dt = _dtype(dtype)
         if not isinstance(source, TensorFile):
             source = TensorFile(open_gguf(source) if isinstance(source, (str, Path)) else source)
@@ -371,12 +371,10 @@ class Model:
 
     @classmethod
     def load(cls, path, dtype=np.float32) -> "Model":
-        """A model from a folder written by ``save_pretrained`` (config.json and safetensors), a
-        GGUF file (``kvcache.gguf_file``), or the name of an installed model (``kvcache.models``)."""
-        from .gguf_file import is_gguf
-        from .models import resolve
-
-        path = resolve(path)
+        """A model from a folder written by ``save_pretrained`` (config.json and safetensors) or a
+        GGUF file (``kvcache.gguf_file``).  An installed model by its name, with its tokenizer:
+        ``kvcache.models.load_with_tokenizer(name)``."""
+        path = Path(path)
         if is_gguf(path):
             return cls.from_gguf(path, dtype)
         config = read_config(path)
@@ -407,8 +405,8 @@ class Model:
 
     # ------------------------------------------------------------------ one layer, either attention
 
-    def _layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
-               plan: StepPlan | None = None):
+    def layer(self, x, w: LayerWeights, cos, sin, cache: LayerCache | None = None,
+              plan: StepPlan | None = None):
         """x (N, D) -> (N, D), updated in place (x is the residual stream, the model's own array).
         Without a cache the N tokens are one sequence and attend causally to each other; with one,
         the step's keys and values are written into the layer's cache and its queries attend to
@@ -476,7 +474,7 @@ class Model:
         cos, sin = self._rope(np.arange(T))
         x = self._embed_rows(ids)                                       # (T, D)
         for w in self.layers:
-            x = self._layer(x, w, cos, sin)
+            x = self.layer(x, w, cos, sin)
         return x
 
     def logits(self, token_ids) -> np.ndarray:
@@ -540,7 +538,7 @@ class Model:
         cos, sin = self._rope(plan.positions)
         x = self._embed_rows(ids)                                       # (N, D)
         for w, layer_cache in zip(self.layers, cache):
-            x = self._layer(x, w, cos, sin, layer_cache, plan)
+            x = self.layer(x, w, cos, sin, layer_cache, plan)
         return x
 
     def prefill(self, prompts, cache: KVCache, padded: bool = False) -> np.ndarray:

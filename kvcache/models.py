@@ -16,6 +16,10 @@ import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
+from .gguf_file import TensorFile, is_gguf, open_gguf
+from .model import Model
+from .tokenizer import Tokenizer, load_tokenizer
+
 __all__ = ["ModelNotInstalled", "PackagedModel", "MODELS", "model_path", "resolve", "load_with_tokenizer"]
 
 
@@ -77,10 +81,6 @@ def load_with_tokenizer(name_or_path, dtype="float32"):
     A GGUF file is opened once for both (its reader parses the whole vocabulary); a folder's
     tokenizer is its tokenizer.json (None when it has none).  A GGUF file's tensors stream
     straight into the model's arrays (``Model.from_gguf``)."""
-    from .gguf_file import TensorFile, is_gguf, open_gguf
-    from .model import Model
-    from .tokenizer import Tokenizer, load_tokenizer
-
     path = resolve(name_or_path)
     if is_gguf(path):
         reader = open_gguf(path)

@@ -58,7 +58,6 @@ is the scheduler's decision (``kvcache.serving``, ``kvcache.generate``).
 """
 from __future__ import annotations
 
-import math
 import weakref
 from collections import OrderedDict
 from typing import Callable, Iterable
@@ -67,7 +66,7 @@ import numpy as np
 
 from . import validate
 from .cache import (CacheFullError, KVCache, LayerCache, check_crop, check_plan, check_reorder,
-                    check_room, check_select, register_cache)
+                    check_room, check_select)
 from .cache_dtypes import CacheDtype, cache_dtype
 from .gqa import attend_new_tokens, decode_attention
 from .plan import StepPlan, plan_step
@@ -831,7 +830,6 @@ class PagedLayerCache(LayerCache):
         return self.cache.pool.bytes_copied // max(1, self.cache.pool.n_layers)
 
 
-@register_cache("paged")
 def paged_cache(n_layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int,
                 dtype="float32", compute_dtype=np.float32, capacity: int | None = None,
                 block_size: int = DEFAULT_BLOCK_SIZE, num_blocks: int | None = None) -> PagedKVCache:

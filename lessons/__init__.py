@@ -30,5 +30,17 @@ time whatever the machine:
     precision      float32, bfloat16, float16 and int8 on the real model: bits, bytes, error
                    (KL divergence, top-1 agreement, perplexity) and decode time (chapter 4)
 
+Making the cache smaller (Part V), on the real model:
+
+    reference_text the fixed English text every chapter of the part measures on (three sections
+                   of the Python Language Reference, PSF license), its source and license
+    harness        a smaller cache judged against the full float32 cache on that text: mean KL,
+                   top-1 agreement, perplexity, and the bytes per token it keeps
+    model_cards    the cache per token of published models, from their configurations (chapter 12)
+    latent_attention  multi-head latent attention in float64 numpy: naive and absorbed steps,
+                   their costs, RoPE against absorption, the decoupled RoPE key (chapter 12)
+    head_conversion   a trained model's key/value heads pooled, or its key/value projections
+                   truncated by SVD to a latent cache, without retraining (chapter 12)
+
 Nothing is imported here: a chapter imports ``lessons.machine_facts`` before numpy is loaded.
 """

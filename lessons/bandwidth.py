@@ -354,6 +354,58 @@ def _gbs(x: float) -> str:
     return f"{x / 1e9:.1f} GB/s"
 
 
+def _result_sentence(plan: MeasurementPlan, step_bw: float, copy_bw: float, ratio: float, llc_words: str,
+                     largest_bytes: int, last: str) -> str:
+    """The sentence of the result: the step's median bandwidth against the copy's, and, when the
+    caches could not exceed the last-level cache enough ("short", "inside"), why the figures may
+    overstate main memory's bandwidth."""
+    llc, status = format_bytes(plan.llc_bytes), plan.status
+    relation = "less than" if ratio < 1 else "at least"
+    if status == "beyond":
+        times_llc = (f"{BEYOND_FACTOR} times the {llc} last-level cache" if plan.llc_known
+                     else f"{BEYOND_FACTOR} times {llc_words}")
+        return (f"over caches of {format_bytes(plan.beyond_bytes)} and more, at least {times_llc}, the step "
+                f"read a median {_gbs(step_bw)}, against {_gbs(copy_bw)} for the copy: a measured "
+                f"ratio of {ratio:.2f}, {relation} the copy's bandwidth")
+    short = ("is larger than " + llc_words + f" by only {largest_bytes / plan.llc_bytes:.1f} times"
+             if status == "short" else "fits inside " + llc_words)
+    return (f"this machine's last-level cache cannot be exceeded {BEYOND_FACTOR} times over in the memory "
+            f"this build may hold at once, {format_bytes(plan.budget_bytes)} ({plan.budget_reason}): "
+            f"the largest cache measured, {last}, {short}, so part of what the step read may have come "
+            f"from the cache and these figures can overstate main memory's bandwidth. Over "
+            + ("the caches larger than the last-level cache" if status == "short" else "the largest cache")
+            + f" the step read a median {_gbs(step_bw)}, against {_gbs(copy_bw)} for the copy: "
+            f"a ratio of {ratio:.2f}, {relation} the copy's bandwidth")
+
+
+def _growth_pair(plan: MeasurementPlan, steps: list[StepMeasurement]):
+    """The two largest sizes read from the same place (main memory, partly the cache, or the
+    cache alone), or None when there is one size only there."""
+    def region(step):
+        return 2 if step.cache_bytes >= plan.beyond_bytes else 1 if step.cache_bytes > plan.llc_bytes else 0
+    same_side = [s for s in steps if region(s) == region(steps[-1])]
+    return same_side[-2:] if len(same_side) >= 2 else None
+
+
+def _growth(pair) -> tuple[float | None, float | None, str]:
+    """(time growth, bytes growth, the sentence comparing them) from the smaller to the larger of
+    ``pair``."""
+    if not pair:
+        return None, None, "only one cache size was measured there, so there is no growth to compare"
+    small, big = pair
+    growth, growth_bytes = big.seconds / small.seconds, big.cache_bytes / small.cache_bytes
+    if growth > 1.25 * growth_bytes:
+        verdict = ("more than the bytes: something besides reading them slowed the larger step, most "
+                   "likely other programs using the shared machine's memory at the same time")
+    elif growth < 0.8 * growth_bytes:
+        verdict = "less than the bytes: part of the smaller step's time did not depend on its size"
+    else:
+        verdict = "about as much as the bytes"
+    return growth, growth_bytes, (f"from {format_bytes(small.cache_bytes)} to {format_bytes(big.cache_bytes)}, "
+                                  f"{growth_bytes:g} times the bytes, the step's time grew {growth:.1f} times: "
+                                  f"{verdict}")
+
+
 def summarize(plan: MeasurementPlan, steps: list[StepMeasurement], copy: CopyMeasurement) -> Findings:
     """What the measurements of ``plan`` show, in figures and in words (a pure function).
 
@@ -379,43 +431,9 @@ def summarize(plan: MeasurementPlan, steps: list[StepMeasurement], copy: CopyMea
     largest = steps[-1]
     first, last = format_bytes(steps[0].cache_bytes), format_bytes(largest.cache_bytes)
     measured = f"caches from {first} to {last}, {len(steps)} sizes, against {llc_words}"
-    relation = "less than" if ratio < 1 else "at least"
-    if status == "beyond":
-        times_llc = (f"{BEYOND_FACTOR} times the {llc} last-level cache" if plan.llc_known
-                     else f"{BEYOND_FACTOR} times {llc_words}")
-        result = (f"over caches of {format_bytes(plan.beyond_bytes)} and more, at least {times_llc}, the step "
-                  f"read a median {_gbs(step_bw)}, against {_gbs(copy.bandwidth)} for the copy: a measured "
-                  f"ratio of {ratio:.2f}, {relation} the copy's bandwidth")
-    else:
-        short = ("is larger than " + llc_words + f" by only {largest.cache_bytes / plan.llc_bytes:.1f} times"
-                 if status == "short" else "fits inside " + llc_words)
-        result = (f"this machine's last-level cache cannot be exceeded {BEYOND_FACTOR} times over in the memory "
-                  f"this build may hold at once, {format_bytes(plan.budget_bytes)} ({plan.budget_reason}): "
-                  f"the largest cache measured, {last}, {short}, so part of what the step read may have come "
-                  f"from the cache and these figures can overstate main memory's bandwidth. Over "
-                  + (f"the caches larger than the last-level cache" if status == "short" else "the largest cache")
-                  + f" the step read a median {_gbs(step_bw)}, against {_gbs(copy.bandwidth)} for the copy: "
-                  f"a ratio of {ratio:.2f}, {relation} the copy's bandwidth")
-    # the two largest sizes read from the same place: main memory, partly the cache, or the cache
-    def region(step):
-        return 2 if step.cache_bytes >= plan.beyond_bytes else 1 if step.cache_bytes > plan.llc_bytes else 0
-    same_side = [s for s in steps if region(s) == region(largest)]
-    pair = same_side[-2:] if len(same_side) >= 2 else None
-    if pair:
-        small, big = pair
-        growth, growth_bytes = big.seconds / small.seconds, big.cache_bytes / small.cache_bytes
-        if growth > 1.25 * growth_bytes:
-            verdict = ("more than the bytes: something besides reading them slowed the larger step, most "
-                       "likely other programs using the shared machine's memory at the same time")
-        elif growth < 0.8 * growth_bytes:
-            verdict = "less than the bytes: part of the smaller step's time did not depend on its size"
-        else:
-            verdict = "about as much as the bytes"
-        growth_sentence = (f"from {format_bytes(small.cache_bytes)} to {format_bytes(big.cache_bytes)}, "
-                           f"{growth_bytes:g} times the bytes, the step's time grew {growth:.1f} times: {verdict}")
-    else:
-        growth = growth_bytes = None
-        growth_sentence = "only one cache size was measured there, so there is no growth to compare"
+    result = _result_sentence(plan, step_bw, copy.bandwidth, ratio, llc_words, largest.cache_bytes, last)
+    pair = _growth_pair(plan, steps)
+    growth, growth_bytes, growth_sentence = _growth(pair)
     if inside:
         inside_sentence = (f"Caches of {format_bytes(plan.inside_bytes)} or less, which stay in the CPU's caches "
                            f"between repeats, were read at a median {_gbs(statistics.median(inside))}.")

@@ -38,39 +38,49 @@ def _run(cls, what: str) -> None:
         except NotImplementedError:
             raise
         except Exception as err:  # noqa: BLE001 - the exception is what the step is checked on
-            wanted = expect.get("raises")
-            names = [c.__name__ for c in type(err).__mro__]
-            if wanted is None:
-                raise AssertionError(f"{where}: raised {type(err).__name__}: {err}") from None
-            if wanted not in names:
-                raise AssertionError(f"{where}: should raise {wanted}, raised {type(err).__name__}: {err}") from None
-            if wanted == "ValueError" and "OutOfBlocks" in names:
-                raise AssertionError(f"{where}: should raise ValueError ({expect['why']}), not OutOfBlocks "
-                                     "(which says the pool is exhausted)") from None
+            _check_raised(where, expect, err)
             values.append(None)
             continue
         if "raises" in expect:
             why = f" ({expect['why']})" if "why" in expect else " (no block is free)"
             raise AssertionError(f"{where}: should raise {expect['raises']}{why}; it returned {got!r}")
-        want = expect["returns"]
-        if step["call"] == "num_free" and callable(got):
-            raise AssertionError(f"{where}: num_free should be a property (or an attribute), read without "
-                                 "parentheses; here it is a method")
-        if want == "a free block":
-            live = [values[k] for k in expect["not_any_of"]]
-            assert isinstance(got, int) and not isinstance(got, bool), (
-                f"{where}: should return a block number (an int), returned {got!r}")
-            assert 0 <= got < case["num_blocks"], (
-                f"{where}: returned {got}, not a block of the pool (0 to {case['num_blocks'] - 1})")
-            assert got not in live, (
-                f"{where}: returned block {got}, which is still live (the blocks live now are {sorted(live)})")
-        elif want == "the same block":
-            assert got == values[expect["as"]], (
-                f"{where}: should return the block it was given, {values[expect['as']]} (one more reference "
-                f"to it); returned {got!r}")
-        elif want is not None:
-            assert got == want and not isinstance(got, bool), f"{where}: should be {want}, got {got!r}"
+        _check_returned(where, step["call"], expect, got, values, case["num_blocks"])
         values.append(got)
+
+
+def _check_raised(where: str, expect: dict, err: Exception) -> None:
+    """The step raised ``err``: it had to raise, and this class of exception."""
+    wanted = expect.get("raises")
+    names = [c.__name__ for c in type(err).__mro__]
+    if wanted is None:
+        raise AssertionError(f"{where}: raised {type(err).__name__}: {err}") from None
+    if wanted not in names:
+        raise AssertionError(f"{where}: should raise {wanted}, raised {type(err).__name__}: {err}") from None
+    if wanted == "ValueError" and "OutOfBlocks" in names:
+        raise AssertionError(f"{where}: should raise ValueError ({expect['why']}), not OutOfBlocks "
+                             "(which says the pool is exhausted)") from None
+
+
+def _check_returned(where: str, call: str, expect: dict, got, values: list, num_blocks: int) -> None:
+    """The step returned ``got``: what it had to (a free block, the same block, a number)."""
+    want = expect["returns"]
+    if call == "num_free" and callable(got):
+        raise AssertionError(f"{where}: num_free should be a property (or an attribute), read without "
+                             "parentheses; here it is a method")
+    if want == "a free block":
+        live = [values[k] for k in expect["not_any_of"]]
+        assert isinstance(got, int) and not isinstance(got, bool), (
+            f"{where}: should return a block number (an int), returned {got!r}")
+        assert 0 <= got < num_blocks, (
+            f"{where}: returned {got}, not a block of the pool (0 to {num_blocks - 1})")
+        assert got not in live, (
+            f"{where}: returned block {got}, which is still live (the blocks live now are {sorted(live)})")
+    elif want == "the same block":
+        assert got == values[expect["as"]], (
+            f"{where}: should return the block it was given, {values[expect['as']]} (one more reference "
+            f"to it); returned {got!r}")
+    elif want is not None:
+        assert got == want and not isinstance(got, bool), f"{where}: should be {want}, got {got!r}"
 
 
 def check_new(cls):

@@ -18,7 +18,7 @@ ISSUE = re.compile(r"\bissues?\s*#?\s*\d+|(?<![\w&#/])#\d{1,4}(?!\w)", re.IGNORE
 @pytest.mark.parametrize("doc", DOCS)
 def test_the_files_a_document_names_exist(doc):
     text = (ROOT / doc).read_text(encoding="utf-8")
-    named = set(re.findall(r"`((?:tests|tools|bench|kvcache|lessons|coursebook|graders|public_checks|ga2)/[\w/.-]+\.(?:py|json|md|ipynb))`",
+    named = set(re.findall(r"`((?:tests|tools|bench|kvcache|lessons|coursebook|graders|coursetools|course|answers|public_checks|ga2)/[\w/.-]+\.(?:py|json|md|ipynb))`",
                            text))
     named = {n for n in named if "NAME" not in n and "_N_" not in n and "5_6" not in n}
     missing = sorted(n for n in named if not (ROOT / n).exists())

@@ -4,6 +4,11 @@
 list their modules in their ``__init__``'s module map, every one of them and nothing else; the
 tests mirror the source tree, with no two test files of the same name (pytest imports a test
 file by its name) and none repeating its folder's name.
+
+One room per product: ``graders`` is the grader, ``coursetools`` the build tools (the learner's
+copy, the answer-leak scan, the Gradescope packager), ``course`` what all of them read (the
+exercises' catalogue, notebooks, starters), which imports nothing of the course.  No module of
+the course's packages imports, at any depth, a module that imports it back.
 """
 from __future__ import annotations
 
@@ -95,6 +100,161 @@ def test_no_test_file_repeats_its_folder_s_name():
 
 
 def test_the_tests_of_each_package_are_in_its_folder():
-    for package in ("kvcache", "lessons", "coursebook", "ga2", "public_checks", "tools"):
+    for package in ("kvcache", "lessons", "coursebook", "ga2", "public_checks", "tools", "course", "graders",
+                    "coursetools"):
         assert list((ROOT / "tests" / package).glob("test_*.py")), package
     assert not [p.name for p in (ROOT / "tests").glob("test_*.py") if p.name not in ("test_docs.py", "test_layout.py")]
+
+
+# ---------------------------------------------------------------------------------- rooms
+
+#: The course's packages: every folder of the repository with an ``__init__.py`` at its top.
+PACKAGES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py"))
+
+
+def package_files(package: str) -> list[Path]:
+    return sorted(p for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_the_packages_are_the_rooms_the_contributing_guide_names():
+    assert {"kvcache", "lessons", "coursebook", "answers", "ga2", "public_checks", "course", "graders",
+            "coursetools", "bench"} <= set(PACKAGES)
+    guide = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert not [p for p in PACKAGES if f"| `{p}/` |" not in guide]
+
+
+def test_the_catalogue_s_package_imports_nothing_of_the_course():
+    """``course`` is shipped everywhere (the learner's copy, every autograder): it stands alone."""
+    found = {p.name: sorted(imported_roots(p) & set(PACKAGES)) for p in package_files("course")}
+    assert found and not {name: roots for name, roots in found.items() if roots}
+
+
+def test_the_grader_holds_no_build_tool():
+    """The learner's copy, the leak scan and the Gradescope packager are ``coursetools``'; no module
+    of the grader imports them when it loads (the Gradescope zip has the grader without them), and
+    nothing the learner's copy ships imports them at all."""
+    assert not [p.name for p in (ROOT / "graders").glob("*.py") if p.stem in ("release", "answer_leaks")]
+    for path in package_files("graders"):
+        module_level = {node.module.split(".")[0] for node in ast.parse(path.read_text(encoding="utf-8")).body
+                        if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+        assert "coursetools" not in module_level, path
+    for package in ("kvcache", "lessons", "coursebook", "answers", "ga2", "public_checks", "course"):
+        assert not [p for p in package_files(package) if "coursetools" in imported_roots(p)], package
+    assert not [p for p in package_files("coursebook") if "graders" in imported_roots(p)]
+
+
+def test_the_machine_loads_without_the_catalogue():
+    """The grader's sandbox holds a copy of ``ga2`` alone: no module of it imports ``course`` when
+    it loads (``ga2.parts`` reads the catalogue inside the functions a learner calls)."""
+    for path in package_files("ga2"):
+        top = {node.module.split(".")[0] for node in ast.parse(path.read_text(encoding="utf-8")).body
+               if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+        top |= {alias.name.split(".")[0] for node in ast.parse(path.read_text(encoding="utf-8")).body
+                if isinstance(node, ast.Import) for alias in node.names}
+        assert "course" not in top, path
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return getattr(test, "id", getattr(test, "attr", None)) == "TYPE_CHECKING"
+
+
+def _imports(tree: ast.AST):
+    """Every import statement of a module, at any depth, but those under ``if TYPE_CHECKING:``."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                stack.extend(child.orelse)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                yield child
+            else:
+                stack.append(child)
+
+
+def module_names() -> dict[str, tuple[Path, bool]]:
+    """{dotted name: (file, is a package's __init__)} of every module of the course's packages."""
+    found = {}
+    for package in PACKAGES:
+        for path in package_files(package):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            is_init = parts[-1] == "__init__"
+            found[".".join(parts[:-1] if is_init else parts)] = (path, is_init)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the course modules it imports}, from the source alone: ``from a import b`` is an
+    edge to ``a.b`` when that is a module, else to ``a``; relative imports resolved."""
+    modules = module_names()
+    graph = {}
+    for name, (path, is_init) in modules.items():
+        package = name if is_init else name.rpartition(".")[0]
+        edges = set()
+        for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set(), "c": {"b"}}) == []
+
+
+def test_no_module_of_the_course_imports_one_that_imports_it_back():
+    graph = import_graph()
+    assert {"kvcache.cache", "kvcache.paged", "ga2.listing", "graders.sandbox.commands", "course.catalogue"} <= set(graph)
+    assert "kvcache.cache" in graph["kvcache.paged"] and "ga2.instructions" in graph["ga2.listing"]
+    assert cycles(graph) == []

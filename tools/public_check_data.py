@@ -392,36 +392,60 @@ def _ga2_softmax(scores: list[int]) -> list[int]:
     return [(v * 65536 + sum(e) // 2) // sum(e) for v in e]
 
 
-def attention_case(L: int, rng_number: int) -> dict:
-    """One decode step of L tokens for the public checks: EXT before and after (as segments), the
-    course's cached head, the requantizer parameters and the course's tail's cycles."""
-    rng = np.random.default_rng(rng_number)
-    X = rng.normal(size=(L, 16)).tolist()
-    W = [rng.normal(scale=0.25, size=(16, 16)).tolist() for _ in range(3)]
-    mat = lambda A, B: [[math.fsum(a * B[k][j] for k, a in enumerate(row)) for j in range(len(B[0]))] for row in A]  # noqa: E731
-    Q, K, V = mat(X, W[0]), mat(X, W[1]), mat(X, W[2])
+def _matmul(A, B):
+    """A B of lists of floats, each sum exact (``math.fsum``)."""
+    return [[math.fsum(a * B[k][j] for k, a in enumerate(row)) for j in range(len(B[0]))] for row in A]
+
+
+def _peak(rows) -> float:
+    """The scale that maps the largest magnitude in ``rows`` to 127."""
+    return max(abs(v) for r in rows for v in r) / 127
+
+
+def _mm_cycles(M: int, K: int, N: int) -> int:
+    """An MM's cycles as the spec counts them: issue, then the wait."""
+    return 2 + M * K + K * N + M * N + M + K + N + 5
+
+
+def _float_step(X, W, L: int):
+    """The step in floats: q (the newest token's query), K, V, and the output."""
+    Q, K, V = _matmul(X, W[0]), _matmul(X, W[1]), _matmul(X, W[2])
     q = Q[-1]
     sc = [math.fsum(a * b for a, b in zip(q, k)) / 4.0 for k in K]
     e = [math.exp(v - max(sc)) for v in sc]
     out = [math.fsum(e[t] / math.fsum(e) * V[t][c] for t in range(L)) for c in range(16)]
-    peak = lambda rows: max(abs(v) for r in rows for v in r) / 127  # noqa: E731
-    sx, swq, swk, swv, sq, sk, sv, so = (peak(X), peak(W[0]), peak(W[1]), peak(W[2]), peak([q]), peak(K),
-                                         peak(V), peak([out]))
+    return q, K, V, out
+
+
+def _requantizers(X, W, q, K, V, out) -> tuple[dict, float, tuple]:
+    """The requantizer parameters of the step (calibrated on its float values), with the scales
+    of X and of the three weight matrices."""
+    sx, swq, swk, swv, sq, sk, sv, so = (_peak(X), _peak(W[0]), _peak(W[1]), _peak(W[2]), _peak([q]), _peak(K),
+                                         _peak(V), _peak([out]))
     P = {"q": _ga2_params(sx * swq / sq), "k": _ga2_params(sx * swk / sk), "v": _ga2_params(sx * swv / sv),
          "scores": _ga2_params(sq * sk / 4.0 * 16), "weights": _ga2_params(127 / 65536),
          "out": _ga2_params(sv / (127 * so))}
+    return P, sx, (swq, swk, swv)
+
+
+def _int8_step(X, W, P: dict, sx: float, sw: tuple, L: int):
+    """The step as GA-2 computes it: int8 inputs and weights, the keys, values and output."""
     x8 = [[_ga2_int8(v, sx) for v in r] for r in X]
-    w8 = [[[_ga2_int8(v, sc_) for v in r] for r in Wm] for Wm, sc_ in zip(W, (swq, swk, swv))]
-    rq = lambda acc, key: ref_requant(acc, *P[key])  # noqa: E731
-    proj = lambda x, Wm, key: [rq(sum(a * Wm[i][j] for i, a in enumerate(x)), key) for j in range(16)]  # noqa: E731
-    q8 = proj(x8[-1], w8[0], "q")
-    K8, V8 = [proj(x, w8[1], "k") for x in x8], [proj(x, w8[2], "v") for x in x8]
-    s8 = [rq(sum(a * b for a, b in zip(q8, k)), "scores") for k in K8]
-    wts = [rq(p, "weights") for p in _ga2_softmax(s8)]
-    out8 = [rq(sum(wts[t] * V8[t][c] for t in range(L)), "out") for c in range(16)]
-    before = {"0": [v for r in x8 for v in r], "512": [v for Wm in w8 for r in Wm for v in r],
-              "2048": [v for r in K8[:-1] for v in r], "2560": [v for r in V8[:-1] for v in r]}
-    after = {**before, "2048": [v for r in K8 for v in r], "2560": [v for r in V8 for v in r], "3072": out8}
+    w8 = [[[_ga2_int8(v, s) for v in r] for r in Wm] for Wm, s in zip(W, sw)]
+
+    def project(x, Wm, key):
+        return [ref_requant(sum(a * Wm[i][j] for i, a in enumerate(x)), *P[key]) for j in range(16)]
+    q8 = project(x8[-1], w8[0], "q")
+    K8, V8 = [project(x, w8[1], "k") for x in x8], [project(x, w8[2], "v") for x in x8]
+    s8 = [ref_requant(sum(a * b for a, b in zip(q8, k)), *P["scores"]) for k in K8]
+    wts = [ref_requant(p, *P["weights"]) for p in _ga2_softmax(s8)]
+    out8 = [ref_requant(sum(wts[t] * V8[t][c] for t in range(L)), *P["out"]) for c in range(16)]
+    return x8, w8, K8, V8, out8
+
+
+def _cached_head(L: int, P: dict) -> list[dict]:
+    """The course's cached head: load the newest token, the weights and the cache; project;
+    requantize q, the new key and value; store the key and value to the cache."""
     E, S, row = GA2_EXT, GA2_SPAD, (L - 1) * 16
     head = [{"op": "LD", "dst": S["X"], "src": E["X"] + row, "len": 16},
             {"op": "LD", "dst": S["WQ"], "src": E["WQ"], "len": 768}]
@@ -435,15 +459,33 @@ def attention_case(L: int, rng_number: int) -> dict:
         head.append({"op": "RQ", "dst": dst, "src": src, "len": 16, "m": P[key][0], "s": P[key][1], "relu": 0})
     head += [{"op": "ST", "src": S["KC"] + row, "dst": E["KC"] + row, "len": 16},
              {"op": "ST", "src": S["VC"] + row, "dst": E["VC"] + row, "len": 16}]
+    return head
+
+
+def _tail_cycles(L: int) -> int:
+    """The cycles of the course's tail at length L."""
     tiles = [min(4, L - 4 * j) for j in range((L + 3) // 4)]
-    mm = lambda M, K, N: 2 + M * K + K * N + M * N + M + K + N + 5  # noqa: E731 - issue + wait, as the spec counts
-    tail_cycles = (sum(mm(1, 16, n) for n in tiles)          # the scores, up to 4 positions a tile
-                   + 2 * (2 + L + 2) + (2 + 16 + 2)         # RQ of the scores, the weights, the output
-                   + 2 + 3 * L + 47                         # SM
-                   + 4 * mm(1, L, 4)                        # weights times V, 4 columns a tile
-                   + 2 + 16 + 2)                            # ST of the output
+    return (sum(_mm_cycles(1, 16, n) for n in tiles)      # the scores, up to 4 positions a tile
+            + 2 * (2 + L + 2) + (2 + 16 + 2)              # RQ of the scores, the weights, the output
+            + 2 + 3 * L + 47                              # SM
+            + 4 * _mm_cycles(1, L, 4)                     # weights times V, 4 columns a tile
+            + 2 + 16 + 2)                                 # ST of the output
+
+
+def attention_case(L: int, rng_number: int) -> dict:
+    """One decode step of L tokens for the public checks: EXT before and after (as segments), the
+    course's cached head, the requantizer parameters and the course's tail's cycles."""
+    rng = np.random.default_rng(rng_number)
+    X = rng.normal(size=(L, 16)).tolist()
+    W = [rng.normal(scale=0.25, size=(16, 16)).tolist() for _ in range(3)]
+    q, K, V, out = _float_step(X, W, L)
+    P, sx, sw = _requantizers(X, W, q, K, V, out)
+    x8, w8, K8, V8, out8 = _int8_step(X, W, P, sx, sw, L)
+    before = {"0": [v for r in x8 for v in r], "512": [v for Wm in w8 for r in Wm for v in r],
+              "2048": [v for r in K8[:-1] for v in r], "2560": [v for r in V8[:-1] for v in r]}
+    after = {**before, "2048": [v for r in K8 for v in r], "2560": [v for r in V8 for v in r], "3072": out8}
     return {"L": L, "P": {k: list(v) for k, v in P.items()}, "ext_before": before, "ext_after": after,
-            "head": head, "tail_cycles": tail_cycles}
+            "head": _cached_head(L, P), "tail_cycles": _tail_cycles(L)}
 
 
 def attention_tail_data() -> dict:
@@ -593,6 +635,53 @@ def reorder_cache_data() -> dict:
     }
 
 
+def ref_latent_rows(X, p, n_heads, *, scale=None) -> list[list[float]]:
+    """Decoding X token by token with a cache of latents c = x Wdkv: row t is full causal
+    attention of every head h over the keys c_j Wuk[:, h] and values c_j Wuv[:, h] of tokens
+    0 .. t, heads side by side (``scale`` replaces sqrt(d), for the common mistakes)."""
+    Hd = len(p["Wq"][0])
+    d = Hd // n_heads
+    C = _project(X, p["Wdkv"])
+    Q, K, V = _project(X, p["Wq"]), _project(C, p["Wuk"]), _project(C, p["Wuv"])
+    rows = []
+    for t in range(len(X)):
+        row = []
+        for h in range(n_heads):
+            cols = range(h * d, (h + 1) * d)
+            s = [_dot([Q[t][c] for c in cols], [K[j][c] for c in cols]) / (math.sqrt(d) if scale is None else scale)
+                 for j in range(t + 1)]
+            w = ref_softmax_row(s)
+            row += [math.fsum(w[j] * V[j][c] for j in range(t + 1)) for c in cols]
+        rows.append(row)
+    return rows
+
+
+def _latent_weights(rng, D, H, d, r) -> dict:
+    return {"Wq": _normal(rng, (D, H * d)), "Wdkv": _normal(rng, (D, r)),
+            "Wuk": _normal(rng, (r, H * d)), "Wuv": _normal(rng, (r, H * d))}
+
+
+def _latent_case(X, p, n_heads) -> dict:
+    r = len(p["Wdkv"][0])
+    return {"X": X, "p": p, "n_heads": n_heads, "expected": ref_latent_rows(X, p, n_heads),
+            "latents": _project(X, p["Wdkv"]),
+            "mistakes": {"no_scale": ref_latent_rows(X, p, n_heads, scale=1.0),
+                         "latent_scale": ref_latent_rows(X, p, n_heads, scale=math.sqrt(r))}}
+
+
+def latent_attend_step_data() -> dict:
+    example = _latent_case([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]],
+                           {"Wq": [[1.0, 0.0], [0.0, 1.0]], "Wdkv": [[1.0], [1.0]],
+                            "Wuk": [[1.0, -1.0]], "Wuv": [[1.0, 2.0]]}, 2)
+    rng = np.random.default_rng(12)
+    shapes = {"x": _normal(rng, 5), "p": _latent_weights(rng, 5, 3, 2, 4), "n_heads": 3}
+    rng = np.random.default_rng(13)
+    random = _latent_case(_normal(rng, (6, 5)), _latent_weights(rng, 5, 3, 2, 4), 3)
+    rng = np.random.default_rng(14)
+    one_head = _latent_case(_normal(rng, (4, 3)), _latent_weights(rng, 3, 1, 3, 2), 1)
+    return {"first_step_shapes": shapes, "worked_example": example, "random": random, "one_head": one_head}
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
@@ -601,6 +690,7 @@ BUILDERS = {
     "BlockAllocator": block_allocator_data, "reorder_cache": reorder_cache_data,
     "blocked_decode": blocked_decode_data, "requant": requant_data,
     "attention_tail": attention_tail_data, "mutants": mutants_data,
+    "latent_attend_step": latent_attend_step_data,
 }
 
 

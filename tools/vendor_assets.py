@@ -105,28 +105,7 @@ def fetch(name: str, version: str, integrity: str) -> Path:
     tarballs.mkdir(parents=True, exist_ok=True)
     tarball = tarballs / _tarball_name(name, version)
     if not tarball.is_file() or _integrity(tarball) != integrity:
-        _log(f"fetching {name}@{version} from the npm registry")
-        cmd = [_npm(), "pack", f"{name}@{version}", "--pack-destination", str(tarballs),
-               "--loglevel=error", "--fetch-retries=1", "--fetch-timeout=60000"]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                                  cwd=tarballs, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise VendorError(
-                f"'npm pack {name}@{version}' did not finish in 5 minutes: the npm registry "
-                f"(npm config get registry) looks unreachable. Check the network or the proxy "
-                f"settings and run 'make vendor' again.") from None
-        if proc.returncode != 0 or not tarball.is_file():
-            detail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise VendorError(
-                f"could not fetch {name}@{version} from the npm registry (is it reachable? "
-                f"'npm config get registry' says where npm looks):\n    "
-                + "\n    ".join(detail[:12] or ["(npm printed nothing)"]))
-        got = _integrity(tarball)
-        if got != integrity:
-            tarball.unlink()
-            raise VendorError(f"{name}@{version}: the downloaded tarball's integrity {got} is not the "
-                              f"pinned {integrity}; refusing to use it")
+        _npm_pack(name, version, integrity, tarball)
     if unpacked.exists():
         shutil.rmtree(unpacked)
     tmp = unpacked.with_name(unpacked.name + ".tmp")
@@ -143,6 +122,34 @@ def fetch(name: str, version: str, integrity: str) -> Path:
     (tmp / ".integrity").write_text(integrity + "\n")
     tmp.rename(unpacked)
     return unpacked
+
+
+def _npm_pack(name: str, version: str, integrity: str, tarball: Path) -> None:
+    """Fetch the package's tarball with ``npm pack`` into ``tarball``'s folder, and check it
+    against the pinned integrity (a tarball that differs is deleted)."""
+    tarballs = tarball.parent
+    _log(f"fetching {name}@{version} from the npm registry")
+    cmd = [_npm(), "pack", f"{name}@{version}", "--pack-destination", str(tarballs),
+           "--loglevel=error", "--fetch-retries=1", "--fetch-timeout=60000"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                              cwd=tarballs, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise VendorError(
+            f"'npm pack {name}@{version}' did not finish in 5 minutes: the npm registry "
+            f"(npm config get registry) looks unreachable. Check the network or the proxy "
+            f"settings and run 'make vendor' again.") from None
+    if proc.returncode != 0 or not tarball.is_file():
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise VendorError(
+            f"could not fetch {name}@{version} from the npm registry (is it reachable? "
+            f"'npm config get registry' says where npm looks):\n    "
+            + "\n    ".join(detail[:12] or ["(npm printed nothing)"]))
+    got = _integrity(tarball)
+    if got != integrity:
+        tarball.unlink()
+        raise VendorError(f"{name}@{version}: the downloaded tarball's integrity {got} is not the "
+                          f"pinned {integrity}; refusing to use it")
 
 
 def _plan() -> list[tuple[Path, Path]]:

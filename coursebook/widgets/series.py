@@ -52,6 +52,48 @@ def _whole(value, where: str) -> int:
         raise ValueError(f"{where}: {value!r} is not a whole number (the widget draws counts)") from None
 
 
+def _positions(x: Iterable[int]) -> list[int]:
+    """The slider's positions: whole numbers, at least one, strictly increasing."""
+    xs = [_whole(v, "x") for v in x]
+    if not xs:
+        raise ValueError("x is empty: the slider needs at least one position")
+    if any(b <= a for a, b in zip(xs, xs[1:])):
+        raise ValueError("x must increase strictly (it is the slider's scale)")
+    return xs
+
+
+def _series(series: Mapping[str, Mapping[str, Sequence[int]]], n: int) -> tuple[list, list, dict]:
+    """(names, parts, {name: {part: column}}) of ``series``: every series has the same parts in
+    the same order, each a column of ``n`` whole, non-negative numbers, and no series sums to
+    2**53 or more."""
+    if not series:
+        raise ValueError("series is empty")
+    names = [str(name) for name in series]
+    if ALL in names:
+        raise ValueError(f"{ALL!r} names the choice of every series; call a series something else")
+    parts = [str(p) for p in next(iter(series.values()))]
+    if not parts:
+        raise ValueError("a series needs at least one part")
+    values: dict[str, dict[str, list[int]]] = {}
+    for name, by_part in series.items():
+        if [str(p) for p in by_part] != parts:
+            raise ValueError(f"series {name!r} has parts {list(by_part)}; every series needs {parts}, in order")
+        values[str(name)] = {str(part): _column(name, part, column, n) for part, column in by_part.items()}
+        if sum(sum(c) for c in values[str(name)].values()) >= _EXACT:
+            raise ValueError(f"series {name!r}: its sum reaches 2**53, past what the browser's numbers hold exactly")
+    return names, parts, values
+
+
+def _column(name, part, column: Sequence[int], n: int) -> list[int]:
+    """One part of one series: ``n`` whole, non-negative numbers."""
+    column = [_whole(v, f"series {name!r}, part {part!r}") for v in column]
+    if len(column) != n:
+        raise ValueError(f"series {name!r}, part {part!r}: {len(column)} values for {n} positions of x")
+    if any(v < 0 for v in column):
+        raise ValueError(f"series {name!r}, part {part!r}: a negative value cannot be drawn as a bar")
+    return column
+
+
 class SeriesExplorer(CourseWidget):
     """Precomputed series over x: a slider over x, a choice of series, stacked bars of their
     parts at x, the ratio of two series, the sums up to x, and a line chart of the totals."""
@@ -70,33 +112,8 @@ class SeriesExplorer(CourseWidget):
                  all_label: str | None = None, step_title: str = "At {x_label} = {x}",
                  sum_title: str = "Summed over {x_label} = {first} ... {x}", cumulative: bool = True,
                  **kwargs):
-        xs = [_whole(v, "x") for v in x]
-        if not xs:
-            raise ValueError("x is empty: the slider needs at least one position")
-        if any(b <= a for a, b in zip(xs, xs[1:])):
-            raise ValueError("x must increase strictly (it is the slider's scale)")
-        if not series:
-            raise ValueError("series is empty")
-        names = [str(n) for n in series]
-        if ALL in names:
-            raise ValueError(f"{ALL!r} names the choice of every series; call a series something else")
-        parts = [str(p) for p in next(iter(series.values()))]
-        if not parts:
-            raise ValueError("a series needs at least one part")
-        values: dict[str, dict[str, list[int]]] = {}
-        for name, by_part in series.items():
-            if [str(p) for p in by_part] != parts:
-                raise ValueError(f"series {name!r} has parts {list(by_part)}; every series needs {parts}, in order")
-            values[str(name)] = {}
-            for part, column in by_part.items():
-                column = [_whole(v, f"series {name!r}, part {part!r}") for v in column]
-                if len(column) != len(xs):
-                    raise ValueError(f"series {name!r}, part {part!r}: {len(column)} values for {len(xs)} positions of x")
-                if any(v < 0 for v in column):
-                    raise ValueError(f"series {name!r}, part {part!r}: a negative value cannot be drawn as a bar")
-                values[str(name)][str(part)] = column
-            if sum(sum(c) for c in values[str(name)].values()) >= _EXACT:
-                raise ValueError(f"series {name!r}: its sum reaches 2**53, past what the browser's numbers hold exactly")
+        xs = _positions(x)
+        names, parts, values = _series(series, len(xs))
         if ratio is not None:
             ratio = tuple(str(r) for r in ratio)
             if len(ratio) != 2 or any(r not in values for r in ratio):

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..checks import Fail, describe
 from ..harness import Opaque
-from ..registry import Call, Exercise, Step, Test
+from ..registry import Call, Exercise, Step, Test, case
 
 FN = "BlockAllocator"
 
@@ -152,28 +152,29 @@ def _error_text(outcome) -> str:
     return f"raised {shown}{': ' + message if message else ''}{where}"
 
 
-def replay(script: Script, outcomes) -> None:
-    """Check the learner's outcomes of ``script`` against a model of reference counts; raise
-    ``Fail`` at the first step that differs."""
-    n = script.num_blocks
-    if not isinstance(outcomes, list) or len(outcomes) != len(script.ops):
-        raise Fail(f"the allocator's steps did not all come back ({describe(outcomes)})")
-    refs: dict[int, int] = {}
-    values: list = []
-    origin: dict[int, int] = {}        # block -> the step that last handed it out
+class _Replay:
+    """A model of reference counts, keyed by the blocks the learner's allocator actually returned,
+    replaying a script's outcomes step by step."""
 
-    def label(i: int, op) -> str:
+    def __init__(self, script: Script):
+        self.script, self.n = script, script.num_blocks
+        self.refs: dict[int, int] = {}
+        self.values: list = []             # what each step returned (None for a step that raised)
+        self.origin: dict[int, int] = {}   # block -> the step that last handed it out
+
+    def label(self, i: int, op) -> str:
         if op[0] in ("allocate", "num_free"):
             call = "allocate()" if op[0] == "allocate" else "num_free"
         elif op[1] is None:
             call = f"{op[0]}({op[2]})"
         else:
-            block = values[op[1]]
+            block = self.values[op[1]]
             call = f"{op[0]}({block}) (block {block}: from step {op[1] + 1})"
-        return f"step {i + 1} of {len(script.ops)}, {call}"
+        return f"step {i + 1} of {len(self.script.ops)}, {call}"
 
-    def expect_error(i, op, outcome, kind: str, why: str):
-        where = label(i, op)
+    def expect_error(self, i, op, outcome, kind: str, why: str) -> None:
+        """The step must have raised ``kind``; it then returned nothing."""
+        where = self.label(i, op)
         if outcome.get("ok"):
             got = outcome.get("value")
             shown = "None" if got is None else (f"block {_shown(got)}" if _is_int(got) else describe(got))
@@ -186,119 +187,145 @@ def replay(script: Script, outcomes) -> None:
         if kind == "ValueError" and "OutOfBlocks" in bases:
             raise Fail(f"{where}: should raise ValueError ({why}), not OutOfBlocks, which means the pool is "
                        "exhausted")
+        self.values.append(None)
 
-    def returned(i, op, outcome):
+    def returned(self, i, op, outcome):
         if not outcome.get("ok"):
-            raise Fail(f"{label(i, op)}: {_error_text(outcome)}")
+            raise Fail(f"{self.label(i, op)}: {_error_text(outcome)}")
         return outcome.get("value")
 
-    for i, (op, outcome) in enumerate(zip(script.ops, outcomes)):
+    def step(self, i: int, op, outcome) -> None:
         if not isinstance(outcome, dict):
             raise Fail(f"step {i + 1}: its outcome could not be read")
-        kind = op[0]
-        free_now = n - sum(1 for c in refs.values() if c > 0)
-        if kind == "allocate":
-            if free_now == 0:
-                expect_error(i, op, outcome, "OutOfBlocks",
-                             "the only block is live" if n == 1 else f"all {n} blocks are live")
-                values.append(None)
-                continue
-            b = returned(i, op, outcome)
-            if not _is_int(b):
-                raise Fail(f"{label(i, op)}: should return a block number (an int), returned {describe(b)}")
-            b = int(b)
-            if not 0 <= b < n:
-                raise Fail(f"{label(i, op)}: returned {b}, which is not a block of the pool (0 to {n - 1})")
-            if refs.get(b, 0) > 0:
-                raise Fail(f"{label(i, op)}: returned block {b}, which is still live ({refs[b]} reference"
-                           f"{'s' * (refs[b] != 1)}, handed out at step {origin[b] + 1}): a block may be "
-                           "handed out only while it is free")
-            refs[b] = 1
-            origin[b] = i
-            values.append(b)
-            continue
-        if kind == "num_free":
-            got = returned(i, op, outcome)
-            if isinstance(got, Opaque) and got.type_name == "method":
-                raise Fail(f"{label(i, op)}: num_free is a method here; make it a property (@property) "
-                           "or an attribute, read without parentheses")
-            if not _is_int(got) or int(got) != free_now:
-                raise Fail(f"{label(i, op)}: returned {_shown(got)}; {free_now} of the {n} blocks are free at "
-                           "this point")
-            values.append(got)
-            continue
-        block = values[op[1]] if op[1] is not None else op[2]
-        count = refs.get(block, 0) if _is_int(block) else 0
-        if kind == "refcount":
-            got = returned(i, op, outcome)
-            if not _is_int(got) or int(got) != count:
-                raise Fail(f"{label(i, op)}: returned {_shown(got)}; block {block} has {count} "
-                           f"reference{'s' * (count != 1)} at this point")
-            values.append(got)
-        elif not 0 <= block < n:
-            expect_error(i, op, outcome, "ValueError", f"block {block} is not in the pool, whose blocks are "
-                                                       f"0 to {n - 1}")
-            values.append(None)
-        elif kind == "fork":
-            if count == 0:
-                expect_error(i, op, outcome, "ValueError", f"block {block} is free: only a live block can be shared")
-                values.append(None)
-                continue
-            got = returned(i, op, outcome)
-            if not _is_int(got) or int(got) != block:
-                raise Fail(f"{label(i, op)}: should return the same block, {block} (one more reference to it), "
-                           f"returned {_shown(got)}")
-            refs[block] = count + 1
-            values.append(block)
-        elif kind == "free":
-            if count == 0:
-                expect_error(i, op, outcome, "ValueError", f"block {block} is already free: a double free")
-                values.append(None)
-                continue
-            returned(i, op, outcome)
-            refs[block] = count - 1
-            values.append(None)
+        free_now = self.n - sum(1 for c in self.refs.values() if c > 0)
+        if op[0] == "allocate":
+            return self.allocate(i, op, outcome, free_now)
+        if op[0] == "num_free":
+            return self.num_free(i, op, outcome, free_now)
+        block = self.values[op[1]] if op[1] is not None else op[2]
+        count = self.refs.get(block, 0) if _is_int(block) else 0
+        if op[0] == "refcount":
+            return self.refcount(i, op, outcome, block, count)
+        if not 0 <= block < self.n:
+            return self.expect_error(i, op, outcome, "ValueError", f"block {block} is not in the pool, whose "
+                                                                  f"blocks are 0 to {self.n - 1}")
+        if op[0] == "fork":
+            return self.fork(i, op, outcome, block, count)
+        return self.free(i, op, outcome, block, count)
+
+    def allocate(self, i, op, outcome, free_now: int) -> None:
+        n = self.n
+        if free_now == 0:
+            return self.expect_error(i, op, outcome, "OutOfBlocks",
+                                     "the only block is live" if n == 1 else f"all {n} blocks are live")
+        b = self.returned(i, op, outcome)
+        if not _is_int(b):
+            raise Fail(f"{self.label(i, op)}: should return a block number (an int), returned {describe(b)}")
+        b = int(b)
+        if not 0 <= b < n:
+            raise Fail(f"{self.label(i, op)}: returned {b}, which is not a block of the pool (0 to {n - 1})")
+        if self.refs.get(b, 0) > 0:
+            refs = self.refs[b]
+            raise Fail(f"{self.label(i, op)}: returned block {b}, which is still live ({refs} reference"
+                       f"{'s' * (refs != 1)}, handed out at step {self.origin[b] + 1}): a block may be "
+                       "handed out only while it is free")
+        self.refs[b] = 1
+        self.origin[b] = i
+        self.values.append(b)
+
+    def num_free(self, i, op, outcome, free_now: int) -> None:
+        got = self.returned(i, op, outcome)
+        if isinstance(got, Opaque) and got.type_name == "method":
+            raise Fail(f"{self.label(i, op)}: num_free is a method here; make it a property (@property) "
+                       "or an attribute, read without parentheses")
+        if not _is_int(got) or int(got) != free_now:
+            raise Fail(f"{self.label(i, op)}: returned {_shown(got)}; {free_now} of the {self.n} blocks are free "
+                       "at this point")
+        self.values.append(got)
+
+    def refcount(self, i, op, outcome, block, count: int) -> None:
+        got = self.returned(i, op, outcome)
+        if not _is_int(got) or int(got) != count:
+            raise Fail(f"{self.label(i, op)}: returned {_shown(got)}; block {block} has {count} "
+                       f"reference{'s' * (count != 1)} at this point")
+        self.values.append(got)
+
+    def fork(self, i, op, outcome, block: int, count: int) -> None:
+        if count == 0:
+            return self.expect_error(i, op, outcome, "ValueError",
+                                     f"block {block} is free: only a live block can be shared")
+        got = self.returned(i, op, outcome)
+        if not _is_int(got) or int(got) != block:
+            raise Fail(f"{self.label(i, op)}: should return the same block, {block} (one more reference to it), "
+                       f"returned {_shown(got)}")
+        self.refs[block] = count + 1
+        self.values.append(block)
+
+    def free(self, i, op, outcome, block: int, count: int) -> None:
+        if count == 0:
+            return self.expect_error(i, op, outcome, "ValueError", f"block {block} is already free: a double free")
+        self.returned(i, op, outcome)
+        self.refs[block] = count - 1
+        self.values.append(None)
+
+
+def replay(script: Script, outcomes) -> None:
+    """Check the learner's outcomes of ``script`` against a model of reference counts; raise
+    ``Fail`` at the first step that differs."""
+    if not isinstance(outcomes, list) or len(outcomes) != len(script.ops):
+        raise Fail(f"the allocator's steps did not all come back ({describe(outcomes)})")
+    model = _Replay(script)
+    for i, (op, outcome) in enumerate(zip(script.ops, outcomes)):
+        model.step(i, op, outcome)
+
+
+def _replay_all(scripts: list[Script], results) -> None:
+    """Each allocator's outcomes replayed against its script, named when there are several."""
+    for number, (script, result) in enumerate(zip(scripts, results), start=1):
+        try:
+            replay(script, result.value)
+        except Fail as fail:
+            prefix = f"allocator {number} of {len(scripts)} (num_blocks = {script.num_blocks}), " \
+                if len(scripts) > 1 else ""
+            raise Fail(prefix + str(fail)) from None
 
 
 def _test(name: str, points: float, scripts: list[Script]) -> Test:
-    def check(results, scripts=scripts):
-        for number, (script, result) in enumerate(zip(scripts, results), start=1):
-            try:
-                replay(script, result.value)
-            except Fail as fail:
-                prefix = f"allocator {number} of {len(scripts)} (num_blocks = {script.num_blocks}), " \
-                    if len(scripts) > 1 else ""
-                raise Fail(prefix + str(fail)) from None
-    return Test(name, points, [s.call() for s in scripts], check, step="allocator")
+    """The test that runs each script on an allocator of its own."""
+    return case(name, points, [s.call() for s in scripts], _replay_all, scripts, step="allocator")
 
 
-# --------------------------------------------------------------------------------- the tests
+# ------------------------------------------------------------------------------- the scripts
 
 
-def make_tests() -> list[Test]:
-    tests = []
-
+def a_new_allocator() -> Script:
     s = Script(6)
     s.num_free()
     for b in range(6):
         s.literal("refcount", b)
-    tests.append(_test("a new allocator: every block free, every reference count 0", 1, [s]))
+    return s
 
+
+def every_block_once() -> Script:
     s = Script(7)
     for _ in range(7):
         k = s.allocate()
         s.refcount(k)
         s.num_free()
-    tests.append(_test("allocate hands out each of the num_blocks blocks once, with one reference", 2, [s]))
+    return s
 
+
+def one_allocate_too_many() -> Script:
     s = Script(3)
     for _ in range(3):
         s.allocate()
     s.allocate()
     s.num_free()
     s.allocate()
-    tests.append(_test("allocate with nothing free raises OutOfBlocks, and changes nothing", 2, [s]))
+    return s
 
+
+def a_freed_block_comes_back() -> Script:
     s = Script(4)
     ks = [s.allocate() for _ in range(4)]
     s.free(ks[2])
@@ -310,8 +337,10 @@ def make_tests() -> list[Test]:
     s.allocate()
     s.allocate()
     s.num_free()
-    tests.append(_test("a freed block comes back: allocate hands it out again", 2, [s]))
+    return s
 
+
+def forks() -> Script:
     s = Script(5)
     a = s.allocate()
     s.fork(a)
@@ -321,8 +350,10 @@ def make_tests() -> list[Test]:
     s.refcount(a)
     b = s.allocate()
     s.refcount(b)
-    tests.append(_test("fork returns the same block with one more reference, and takes no free block", 2, [s]))
+    return s
 
+
+def a_shared_block() -> Script:
     s = Script(2)
     a = s.allocate()
     s.fork(a)
@@ -336,8 +367,10 @@ def make_tests() -> list[Test]:
     s.free(a)
     s.num_free()
     s.refcount(a)
-    tests.append(_test("a shared block stays live until its last reference is freed", 2, [s]))
+    return s
 
+
+def double_frees() -> Script:
     s = Script(4)
     s.literal("free", 0)
     s.num_free()
@@ -346,22 +379,28 @@ def make_tests() -> list[Test]:
     s.free(a)                                      # a double free
     s.num_free()
     s.refcount(a)
-    tests.append(_test("freeing a free block raises ValueError (a double free) and changes nothing", 2, [s]))
+    return s
 
+
+def forks_of_free_blocks() -> Script:
     s = Script(3)
     s.literal("fork", 1)
     a = s.allocate()
     s.free(a)
     s.fork(a)
     s.num_free()
-    tests.append(_test("fork of a free block raises ValueError", 1, [s]))
+    return s
 
+
+def blocks_outside_the_pool() -> Script:
     s = Script(3)
     for name, block in (("free", 3), ("free", -1), ("fork", 3), ("fork", -2), ("free", 100)):
         s.literal(name, block)
     s.num_free()
-    tests.append(_test("a block number outside 0 .. num_blocks - 1 raises ValueError", 1, [s]))
+    return s
 
+
+def a_pool_of_one() -> Script:
     s = Script(1)
     a = s.allocate()
     s.allocate()
@@ -371,27 +410,48 @@ def make_tests() -> list[Test]:
     s.free(a)
     s.num_free()
     s.allocate()
-    tests.append(_test("a pool of one block", 1, [s]))
+    return s
 
-    rng = np.random.default_rng(6001)
-    tests.append(_test("no leak, no block handed out twice, after 300 random operations on 8 blocks", 3,
-                       [random_script(rng, 8, 300)]))
-    rng = np.random.default_rng(6002)
-    tests.append(_test("no leak after random operations on pools of 1, 3 and 33 blocks", 2,
-                       [random_script(rng, n, 200) for n in (1, 3, 33)]))
 
-    s = Script(2000)
-    ks = [s.allocate() for _ in range(2000)]
+def a_large_pool(n: int) -> Script:
+    s = Script(n)
+    ks = [s.allocate() for _ in range(n)]
     s.allocate()
     for k in ks[::-1]:
         s.free(k)
     s.num_free()
-    for _ in range(2000):
+    for _ in range(n):
         s.allocate()
     s.num_free()
-    tests.append(_test("a pool of 2,000 blocks: all handed out, all freed, all handed out again", 1, [s]))
-    return tests
+    return s
 
 
-EXERCISE = Exercise(name=FN, chapter=6, functions=(FN,), make_tests=make_tests,
-                    title="A block allocator with reference counts")
+def random_scripts(seed: int, n_ops: int, *pools: int) -> list[Script]:
+    """One random script of ``n_ops`` operations per pool size, drawn in turn from one generator."""
+    rng = np.random.default_rng(seed)
+    return [random_script(rng, n, n_ops) for n in pools]
+
+
+# --------------------------------------------------------------------------------- the tests
+
+
+def make_tests() -> list[Test]:
+    return [
+        _test("a new allocator: every block free, every reference count 0", 1, [a_new_allocator()]),
+        _test("allocate hands out each of the num_blocks blocks once, with one reference", 2, [every_block_once()]),
+        _test("allocate with nothing free raises OutOfBlocks, and changes nothing", 2, [one_allocate_too_many()]),
+        _test("a freed block comes back: allocate hands it out again", 2, [a_freed_block_comes_back()]),
+        _test("fork returns the same block with one more reference, and takes no free block", 2, [forks()]),
+        _test("a shared block stays live until its last reference is freed", 2, [a_shared_block()]),
+        _test("freeing a free block raises ValueError (a double free) and changes nothing", 2, [double_frees()]),
+        _test("fork of a free block raises ValueError", 1, [forks_of_free_blocks()]),
+        _test("a block number outside 0 .. num_blocks - 1 raises ValueError", 1, [blocks_outside_the_pool()]),
+        _test("a pool of one block", 1, [a_pool_of_one()]),
+        _test("no leak, no block handed out twice, after 300 random operations on 8 blocks", 3,
+              random_scripts(6001, 300, 8)),
+        _test("no leak after random operations on pools of 1, 3 and 33 blocks", 2, random_scripts(6002, 200, 1, 3, 33)),
+        _test("a pool of 2,000 blocks: all handed out, all freed, all handed out again", 1, [a_large_pool(2000)]),
+    ]
+
+
+EXERCISE = Exercise(name=FN, make_tests=make_tests)

@@ -26,24 +26,28 @@ def reference(n, d, bytes_per_value) -> float:
     return float(sum(ops.values()) / sum(moved.values()))
 
 
+HINTS = {2.0: "twice the right value: are the bytes per value (b) left out?",
+         0.5: "half the right value: check the bytes moved by each of the three lines"}
+
+
+def test(name, points, cases):
+    return values_test(FN, name, points, cases, reference, exact=False, rtol=1e-9, hints=HINTS)
+
+
+def _random_cases(seed, n):
+    rng = np.random.default_rng(seed)
+    return [(int(rng.integers(1, 20_000)), int(rng.choice([1, 16, 64, 80, 96, 128, 256])),
+             int(rng.choice([1, 2, 4]))) for _ in range(n)]
+
+
 def make_tests():
-    hints = {2.0: "twice the right value: are the bytes per value (b) left out?",
-             0.5: "half the right value: check the bytes moved by each of the three lines"}
-
-    def test(name, points, cases):
-        return values_test(FN, name, points, cases, reference, exact=False, rtol=1e-9, hints=hints)
-
-    rng = np.random.default_rng(6001)
-    random_cases = [(int(rng.integers(1, 20_000)), int(rng.choice([1, 16, 64, 80, 96, 128, 256])),
-                     int(rng.choice([1, 2, 4]))) for _ in range(30)]
     return [
         test("N = 4096, d = 128, b = 2 (the table of chapter 4)", 1, [(4096, 128, 2)]),
         test("the smallest case N = d = b = 1", 1, [(1, 1, 1)]),
         test("non-round sizes (no integer division)", 1, [(1000, 3, 2), (7, 5, 4), (12_345, 96, 1)]),
-        test("30 random sizes", 2, random_cases),
+        test("30 random sizes", 2, _random_cases(6001, 30)),
         type_test(FN, "the result is a float", 1, (4096, 128, 2), "float", reference),
     ]
 
 
-EXERCISE = Exercise(name="arithmetic_intensity", chapter=4, functions=(FN,), make_tests=make_tests,
-                    title="Arithmetic intensity of standard attention")
+EXERCISE = Exercise(name="arithmetic_intensity", make_tests=make_tests)

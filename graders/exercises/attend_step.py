@@ -283,5 +283,4 @@ def make_tests() -> list[Test]:
     ]
 
 
-EXERCISE = Exercise(name="attend_step", chapter=2, functions=(FN,), make_tests=make_tests,
-                    title="One decode step with a KV cache")
+EXERCISE = Exercise(name="attend_step", make_tests=make_tests)

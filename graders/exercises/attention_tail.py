@@ -18,6 +18,7 @@ tail that costs no more cycles than the course's own (written here too) at every
 """
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -28,7 +29,7 @@ from ga2.machine import Machine
 
 from ..checks import Fail, describe, unchanged, with_right_answer
 from ..harness import Opaque
-from ..registry import Call, Exercise, Lib, Test
+from ..registry import Call, Exercise, Lib, Test, case
 
 FN = "attention_tail"
 D = DM = 16
@@ -243,46 +244,50 @@ def validate(value, L: int) -> list[dict]:
     if len(value) > MAX_INSTRUCTIONS:
         raise Fail(f"{where} returned {len(value)} instructions; the grader runs tails of at most "
                    f"{MAX_INSTRUCTIONS} (the course's has {len(course_tail(L, _ANY_P))})")
-    tail = []
-    for index, item in enumerate(value):
-        at = f"{where}: instruction {index} of the tail"
-        if isinstance(item, Opaque) and item.type_name.endswith("Instr"):
-            raise Fail(f"{at} is {describe(item)}, which does not travel to the grader: return plain dicts, "
-                       "such as {'op': ins.op, **ins.fields}")
-        if not isinstance(item, dict):
-            raise Fail(f"{at} is {describe(item)}; each instruction is a dict with 'op' and its fields")
-        op = item.get("op")
-        if op not in FIELDS:
-            shown = repr(op) if isinstance(op, str) and len(op) < 20 else describe(op)
-            raise Fail(f"{at}: field 'op' is {shown}, not one of {', '.join(FIELDS)}")
-        if op == "HALT":
-            raise Fail(f"{at} is a HALT: leave it out, the grader puts the HALT after your tail")
-        names = FIELDS[op]
-        for key in item:
-            if key != "op" and key not in names:
-                shown = repr(key) if isinstance(key, str) and len(key) < 20 else describe(key)
-                raise Fail(f"{at} ({op}): {shown} is not a field of {op} (its fields: {', '.join(names)})")
-        fields = {}
-        for name in names:
-            if name not in item and name not in OPTIONAL.get(op, {}):
-                raise Fail(f"{at} ({op}): field '{name}' is missing")
-            v = item.get(name, OPTIONAL.get(op, {}).get(name))
-            if isinstance(v, np.generic) and np.issubdtype(v.dtype, np.integer):
-                v = int(v)
-            if type(v) is not int:
-                raise Fail(f"{at} ({op}): field '{name}' is {describe(v)}; fields are integers")
-            if not 0 <= v < 2 ** 32:
-                shown = str(v) if abs(v) < 10 ** 12 else f"a number of {len(str(abs(v)))} digits"
-                raise Fail(f"{at} ({op}): field '{name}' = {shown} is not an address or a count "
-                           "(a non-negative integer below 2^32)")
-            fields[name] = v
-        tail.append({"op": op, **fields})
-    return tail
+    return [_instruction(item, f"{where}: instruction {index} of the tail") for index, item in enumerate(value)]
+
+
+def _instruction(item, at: str) -> dict:
+    """One instruction of the tail as a dict of its op and int fields, or a ``Fail`` saying what
+    is wrong with it (``at`` names it)."""
+    if isinstance(item, Opaque) and item.type_name.endswith("Instr"):
+        raise Fail(f"{at} is {describe(item)}, which does not travel to the grader: return plain dicts, "
+                   "such as {'op': ins.op, **ins.fields}")
+    if not isinstance(item, dict):
+        raise Fail(f"{at} is {describe(item)}; each instruction is a dict with 'op' and its fields")
+    op = item.get("op")
+    if op not in FIELDS:
+        shown = repr(op) if isinstance(op, str) and len(op) < 20 else describe(op)
+        raise Fail(f"{at}: field 'op' is {shown}, not one of {', '.join(FIELDS)}")
+    if op == "HALT":
+        raise Fail(f"{at} is a HALT: leave it out, the grader puts the HALT after your tail")
+    names = FIELDS[op]
+    for key in item:
+        if key != "op" and key not in names:
+            shown = repr(key) if isinstance(key, str) and len(key) < 20 else describe(key)
+            raise Fail(f"{at} ({op}): {shown} is not a field of {op} (its fields: {', '.join(names)})")
+    return {"op": op, **{name: _field(item, op, name, at) for name in names}}
+
+
+def _field(item: dict, op: str, name: str, at: str) -> int:
+    """Field ``name`` of an instruction (its default when optional and left out): an int that is an
+    address or a count."""
+    if name not in item and name not in OPTIONAL.get(op, {}):
+        raise Fail(f"{at} ({op}): field '{name}' is missing")
+    v = item.get(name, OPTIONAL.get(op, {}).get(name))
+    if isinstance(v, np.generic) and np.issubdtype(v.dtype, np.integer):
+        v = int(v)
+    if type(v) is not int:
+        raise Fail(f"{at} ({op}): field '{name}' is {describe(v)}; fields are integers")
+    if not 0 <= v < 2 ** 32:
+        shown = str(v) if abs(v) < 10 ** 12 else f"a number of {len(str(abs(v)))} digits"
+        raise Fail(f"{at} ({op}): field '{name}' = {shown} is not an address or a count "
+                   "(a non-negative integer below 2^32)")
+    return v
 
 
 def _hint(tail: list[dict], L: int, P: dict) -> str:
     """A pointer to a likely mistake, read from the instructions alone."""
-    ops = [ins["op"] for ins in tail]
     if not tail:
         return "the tail is empty"
     sm = [ins for ins in tail if ins["op"] == "SM"]
@@ -293,11 +298,23 @@ def _hint(tail: list[dict], L: int, P: dict) -> str:
     stores = [ins for ins in tail if ins["op"] == "ST"]
     if not any(ins["dst"] == EX["OUT"] and ins["len"] == D for ins in stores):
         return f"no ST writes the {D} output values to EXT at {EX['OUT']}"
+    return _requantizer_hint(tail, P) or _product_hint(tail, L)
+
+
+def _requantizer_hint(tail: list[dict], P: dict) -> str:
+    """A requantizer of ``P`` that no RQ of the tail uses."""
     params = {(ins["m"], ins["s"]) for ins in tail if ins["op"] == "RQ"}
     needed = {"scores": tuple(P["scores"]), "weights": tuple(P["weights"]), "out": tuple(P["out"])}
     unused = [key for key, value in needed.items() if value not in params]
     if unused:
         return f"no RQ uses P[{unused[0]!r}]: the scores, the weights and the output each have their requantizer"
+    return ""
+
+
+def _product_hint(tail: list[dict], L: int) -> str:
+    """A product before the softmax that reads keys as rows, or one after it that does not sum
+    over the L positions."""
+    ops = [ins["op"] for ins in tail]
     before_sm = [ins for ins in tail[:ops.index("SM")] if ins["op"] == "MM"]
     if before_sm and all(ins["tb"] == 0 for ins in before_sm):
         return ("the scores' MM read the key cache with tb = 0; one key per row means the product needs the "
@@ -322,87 +339,96 @@ def _run(example: Example, variant: str, tail: list[dict], L: int):
                    f"{err.reason}") from None
 
 
-def _check_outputs(examples, variant: str, label):
-    expected = [np.array(ex.ext_after(variant), dtype=np.int64) for ex in examples]
-
-    def check(results):
-        for k, (ex, want) in enumerate(zip(examples, expected)):
-            tail = validate(results[k].value, ex.L)
-            machine, _ = _run(ex, variant, tail, ex.L)
-            got = machine.ext.astype(np.int64)
-            out = slice(EX["OUT"], EX["OUT"] + D)
-            bad = int(np.count_nonzero(got[out] != want[out]))
-            what = f"L = {ex.L} ({label(k)})"
-            if bad:
-                hint = _hint(tail, ex.L, ex.P)
-                raise Fail(f"{what}: {bad} of the {D} output values in EXT differ from the reference program's"
-                           + (f"; {hint}" if hint else ""))
-            changed = np.flatnonzero(got != want)
-            if changed.size:
-                raise Fail(f"{what}: the output is right, but the tail changed EXT elsewhere too (words "
-                           f"{int(changed[0])}...{int(changed[-1])}): its one store is the output")
-    return check
-
-
-def _output_test(name, points, examples, variant="cached", label=None) -> Test:
-    label = label or (lambda k: f"example {k + 1} of {len(examples)}")
-    calls = [Call(FN, ex.args()) for ex in examples]
-    return Test(name, points, calls, _check_outputs(examples, variant, label), step="call")
+def _check_outputs(examples, expected, variant: str, label, results):
+    """Each example's tail, run after the course's head (``variant``), writes the reference's
+    output to EXT and nothing else.  ``label``: how a message names the example (None: "example
+    k of n")."""
+    for k, (ex, want) in enumerate(zip(examples, expected)):
+        tail = validate(results[k].value, ex.L)
+        machine, _ = _run(ex, variant, tail, ex.L)
+        got = machine.ext.astype(np.int64)
+        out = slice(EX["OUT"], EX["OUT"] + D)
+        bad = int(np.count_nonzero(got[out] != want[out]))
+        what = f"L = {ex.L} ({label or f'example {k + 1} of {len(examples)}'})"
+        if bad:
+            hint = _hint(tail, ex.L, ex.P)
+            raise Fail(f"{what}: {bad} of the {D} output values in EXT differ from the reference program's"
+                       + (f"; {hint}" if hint else ""))
+        changed = np.flatnonzero(got != want)
+        if changed.size:
+            raise Fail(f"{what}: the output is right, but the tail changed EXT elsewhere too (words "
+                       f"{int(changed[0])}...{int(changed[-1])}): its one store is the output")
 
 
-def _cycles_test(name, points, examples) -> Test:
-    right = _check_outputs(examples, "cached", lambda k: "the cycles count once the output is right")
-
-    def check(results):
-        right(results)
-        over = []
-        for k, ex in enumerate(examples):
-            tail = validate(results[k].value, ex.L)
-            machine, _ = _run(ex, "cached", tail, ex.L)
-            yours = machine.counters.total - cycles(course_head(ex.L, "cached", ex.P)) - 2
-            course = cycles(course_tail(ex.L, ex.P))
-            if yours > course:
-                over.append((ex.L, yours - course))
-        if over:
-            L, extra = over[0]
-            raise Fail(f"at {len(over)} of {len(examples)} lengths the tail takes more cycles than the course's "
-                       f"(at L = {L}, {extra} more)")
-    return Test(name, points, [Call(FN, ex.args()) for ex in examples], check, step="call")
+def _expected_ext(examples, variant: str) -> list[np.ndarray]:
+    return [np.array(ex.ext_after(variant), dtype=np.int64) for ex in examples]
 
 
-def _unchanged_test() -> Test:
-    ex = Example(6, 7100)
+def _check_cycles(examples, expected, results):
+    """Right outputs first; then at every length the tail costs no more cycles than the course's."""
+    _check_outputs(examples, expected, "cached", "the cycles count once the output is right", results)
+    over = []
+    for k, ex in enumerate(examples):
+        tail = validate(results[k].value, ex.L)
+        machine, _ = _run(ex, "cached", tail, ex.L)
+        yours = machine.counters.total - cycles(course_head(ex.L, "cached", ex.P)) - 2
+        course = cycles(course_tail(ex.L, ex.P))
+        if yours > course:
+            over.append((ex.L, yours - course))
+    if over:
+        L, extra = over[0]
+        raise Fail(f"at {len(over)} of {len(examples)} lengths the tail takes more cycles than the course's "
+                   f"(at L = {L}, {extra} more)")
+
+
+def _p_unchanged(P, results):
+    unchanged(P, results[0].originals_after[1], "P")
+
+
+def _p_unchanged_with_right_answer(ex: Example, P, results):
+    """P left as it was, counting only together with the right output."""
+    right = functools.partial(_check_outputs, [ex], _expected_ext([ex], "cached"), "cached", None)
+    return with_right_answer(functools.partial(_p_unchanged, P), right)(results)
+
+
+def output_test(name, points, examples, variant="cached", label=None) -> Test:
+    return case(name, points, [Call(FN, ex.args()) for ex in examples], _check_outputs, examples,
+                _expected_ext(examples, variant), variant, label, step="call")
+
+
+def cycles_test(name, points, examples) -> Test:
+    return case(name, points, [Call(FN, ex.args()) for ex in examples], _check_cycles, examples,
+                _expected_ext(examples, "cached"), step="call")
+
+
+def unchanged_test(name, points, ex: Example) -> Test:
     L, P = ex.args()
+    return case(name, points, [Call(FN, (L, P), capture_args=True)], _p_unchanged_with_right_answer, ex, P)
 
-    def check(results):
-        unchanged(P, results[0].originals_after[1], "P")
-    return Test("P is left as it was", 1, [Call(FN, (L, P), capture_args=True)],
-                with_right_answer(check, _output_test("", 0, [ex]).check))
+
+# The hidden examples: (L, query gain, weights' standard deviation), seeded 7200, 7201, ...
+HIDDEN = [(2, 1.0, 0.1), (5, 1.0, 0.5), (9, 3.0, 0.25), (13, 1.0, 1.0), (16, 8.0, 0.25), (20, 1.0, 0.05),
+          (27, 2.0, 0.4), (31, 1.0, 0.25), (32, 6.0, 0.3), (32, 1.0, 0.7), (11, 1.5, 0.25), (24, 1.0, 0.15)]
 
 
 def make_tests() -> list[Test]:
     every_length = [Example(L, 7000 + L) for L in range(1, 33)]
-    hidden = [Example(L, 7200 + k, query_gain=g, weight_sd=sd)
-              for k, (L, g, sd) in enumerate([(2, 1.0, 0.1), (5, 1.0, 0.5), (9, 3.0, 0.25), (13, 1.0, 1.0),
-                                               (16, 8.0, 0.25), (20, 1.0, 0.05), (27, 2.0, 0.4), (31, 1.0, 0.25),
-                                               (32, 6.0, 0.3), (32, 1.0, 0.7), (11, 1.5, 0.25), (24, 1.0, 0.15)])]
+    hidden = [Example(L, 7200 + k, query_gain=g, weight_sd=sd) for k, (L, g, sd) in enumerate(HIDDEN)]
     return [
-        _output_test("the step at L = 3 after the course's cached head (the chapter's listing)", 2,
-                     [Example(3, 7003)], label=lambda k: "the chapter's length"),
-        _output_test("one token (L = 1): one score, a softmax over one position", 1, [Example(1, 7301)]),
-        _output_test("every L from 1 to 32 (full and partial tiles of 4 positions)", 3, every_length,
-                     label=lambda k: "one example per length"),
-        _output_test("hidden examples: other data and requantizer parameters, saturated scores", 2, hidden),
-        _output_test("after the recompute head (no cache in EXT), L from 1 to 32", 1,
-                     [Example(L, 7400 + L) for L in (1, 2, 4, 7, 8, 15, 17, 25, 32)], variant="recompute"),
-        _unchanged_test(),
-        _cycles_test("extra: no more cycles than the course's tail, at every L from 1 to 32", 2, every_length),
+        output_test("the step at L = 3 after the course's cached head (the chapter's listing)", 2,
+                    [Example(3, 7003)], label="the chapter's length"),
+        output_test("one token (L = 1): one score, a softmax over one position", 1, [Example(1, 7301)]),
+        output_test("every L from 1 to 32 (full and partial tiles of 4 positions)", 3, every_length,
+                    label="one example per length"),
+        output_test("hidden examples: other data and requantizer parameters, saturated scores", 2, hidden),
+        output_test("after the recompute head (no cache in EXT), L from 1 to 32", 1,
+                    [Example(L, 7400 + L) for L in (1, 2, 4, 7, 8, 15, 17, 25, 32)], variant="recompute"),
+        unchanged_test("P is left as it was", 1, Example(6, 7100)),
+        cycles_test("extra: no more cycles than the course's tail, at every L from 1 to 32", 2, every_length),
     ]
 
 
-EXERCISE = Exercise(name="attention_tail", chapter=10, functions=(FN,), make_tests=make_tests,
-                    title="The attention tail as GA-2 instructions",
-                    counterparts=("ga2.attn:attention_tail", "ga2.mutants"),
+EXERCISE = Exercise(name="attention_tail", make_tests=make_tests,
                     # the public checks run the learner's tail on the simulator, so the sandbox's
                     # ga2 has the machine; never the course's tail (attn) or what is built on it
                     libs=(Lib("ga2", hide=("attn", "mutants", "study", "report", "rtl", "__main__")),))

@@ -15,12 +15,13 @@ through the log-sum-exp: no code shared with a vectorised, masked answer.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from ..checks import Fail, check_array, describe, unchanged, with_right_answer
-from ..registry import Call, Exercise, Test
+from ..registry import Call, Exercise, Test, case
 
 FN = "batched_decode_step"
 
@@ -117,16 +118,63 @@ def _label(case) -> str:
     return f"B = {B}, H = {H}, G = {K.shape[1]}, L_max = {K.shape[2]}, d = {d}"
 
 
-def _values_test(name, points, cases, *, rtol=1e-9, atol=1e-12):
-    expected = [reference(*c) for c in cases]
+def _check_values(cases, expected, rtol, atol, results):
+    """Each case's output is the reference's."""
+    for k, (one, exp) in enumerate(zip(cases, expected)):
+        what = (f"case {k + 1} of {len(cases)} ({_label(one)}): the output" if len(cases) > 1
+                else f"the output ({_label(one)})")
+        check_array(results[k].value, exp, what, rtol=rtol, atol=atol, hint=functools.partial(_diagnose, *one))
 
-    def check(results):
-        for k, (case, exp) in enumerate(zip(cases, expected)):
-            what = (f"case {k + 1} of {len(cases)} ({_label(case)}): the output" if len(cases) > 1
-                    else f"the output ({_label(case)})")
-            check_array(results[k].value, exp, what, rtol=rtol, atol=atol,
-                        hint=lambda a, c=case: _diagnose(*c, a))
-    return Test(name, points, [Call(FN, c) for c in cases], check, step="case")
+
+def _check_float32(cases, expected, results):
+    """float32 in, float32 out, as accurate as float32 allows."""
+    for k, (one, exp) in enumerate(zip(cases, expected)):
+        value = results[k].value
+        what = f"case {k + 1} of {len(cases)} ({_label(one)}, float32)"
+        if isinstance(value, np.ndarray) and value.dtype != np.float32:
+            raise Fail(f"{what}: the output has dtype {value.dtype}; for float32 inputs it should be "
+                       "float32 (a cache in float32 is read in float32)")
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            value = value.astype(np.float64)       # float32 is right here: no advice to use float64
+        check_array(value, exp, f"{what}: the output", rtol=1e-4, atol=1e-5,
+                    hint=functools.partial(_diagnose, *one, tol=1e-4))
+
+
+def _shape_dtype(args, results):
+    value = results[0].value
+    if not isinstance(value, np.ndarray):
+        raise Fail(f"the output is {describe(value)}; expected a numpy array of shape (B, H, d) = (3, 6, 5)")
+    if value.shape != (3, 6, 5):
+        raise Fail(f"the output has shape {value.shape}; expected (B, H, d) = (3, 6, 5)")
+    if value.dtype != np.float64:
+        raise Fail(f"the output has dtype {value.dtype}; expected float64 for float64 inputs")
+
+
+def _not_modified(args, results):
+    after = results[0].originals_after
+    for name, before, now in zip(("q", "K", "V", "lengths"), args, after):
+        unchanged(before, now, name)
+
+
+def _with_right_answer(prop, args, results):
+    """``prop`` counting only together with the right answer on the same call."""
+    right = functools.partial(_check_values, [args], [reference(*args)], 1e-9, 1e-12)
+    return with_right_answer(functools.partial(prop, args), right)(results)
+
+
+def values_test(name, points, cases, *, rtol=1e-9, atol=1e-12) -> Test:
+    return case(name, points, [Call(FN, c) for c in cases], _check_values, cases, [reference(*c) for c in cases],
+                rtol, atol, step="case")
+
+
+def float32_test(name, points, cases) -> Test:
+    return case(name, points, [Call(FN, c) for c in cases], _check_float32, cases, [reference(*c) for c in cases],
+                step="case")
+
+
+def property_test(name, points, args, prop, capture_args=False) -> Test:
+    """A property of one call, counting only together with the right answer."""
+    return case(name, points, [Call(FN, args, capture_args)], _with_right_answer, prop, args)
 
 
 def _nan(rng, shape):
@@ -141,109 +189,68 @@ def _stale(rng, shape):
     return rng.standard_normal(shape) * 1e3       # old rows of a sequence that was longer
 
 
-# ---------------------------------------------------------------------------- the tests
+def _cases(seed, *shapes, **options):
+    """One case per (B, H, G, L_max, d[, a dict of options]), drawn in turn from a generator
+    seeded with ``seed``; ``options`` (lengths, scale, dtype, tail) apply to every case."""
+    rng = np.random.default_rng(seed)
+    return [_case(rng, *shape[:5], **{**options, **(shape[5] if len(shape) > 5 else {})}) for shape in shapes]
 
 
-def make_tests() -> list[Test]:
-    tests = []
+def _int32_lengths(cases):
+    return [(q, K, V, lengths.astype(np.int32)) for q, K, V, lengths in cases]
 
-    # A case to work by hand: one key/value head, two query heads, lengths 1 and 3.
-    q = np.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 1.0], [0.0, 2.0]]])
-    K = np.array([[[[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]], [[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]]])
-    V = np.array([[[[1.0, 2.0], [0.0, 0.0], [0.0, 0.0]]], [[[1.0, 0.0], [0.0, 2.0], [1.0, 2.0]]]])
-    tests.append(_values_test("a small case (B = 2, H = 2, G = 1, d = 2, lengths 1 and 3)", 1,
-                              [(q, K, V, np.array([1, 3]))]))
 
-    rng = np.random.default_rng(5101)
-    tests.append(_values_test("grouped heads: 8 query heads over 2 key/value heads (B = 3)", 2,
-                              [_case(rng, 3, 8, 2, 10, 4), _case(rng, 2, 6, 3, 7, 5)]))
-    rng = np.random.default_rng(5102)
-    tests.append(_values_test("plain multi-head attention, H = G (B = 4)", 1,
-                              [_case(rng, 4, 3, 3, 9, 4), _case(rng, 2, 1, 1, 5, 3)]))
-    rng = np.random.default_rng(5103)
-    tests.append(_values_test("one key/value head for every query head, G = 1 (B = 3, H = 6)", 1,
-                              [_case(rng, 3, 6, 1, 8, 4)]))
-    rng = np.random.default_rng(5104)
-    tests.append(_values_test("lengths of 1: each sequence attends to its first position only", 1,
-                              [_case(rng, 4, 4, 2, 6, 3, lengths=[1, 1, 1, 1]),
-                               _case(rng, 2, 2, 1, 1, 5, lengths=[1, 1])]))
-    rng = np.random.default_rng(5105)
-    tests.append(_values_test("lengths equal to L_max: the whole buffer is valid", 1,
-                              [_case(rng, 3, 4, 2, 7, 3, lengths=[7, 7, 7]),
-                               _case(rng, 3, 4, 4, 5, 2, lengths=[5, 1, 5])]))
-    rng = np.random.default_rng(5106)
-    tests.append(_values_test("NaN beyond each length changes nothing", 2,
-                              [_case(rng, 4, 4, 2, 9, 4, lengths=[3, 9, 1, 6], tail=_nan),
-                               _case(rng, 2, 2, 2, 6, 3, lengths=[2, 5], tail=_nan)]))
-    rng = np.random.default_rng(5107)
-    tests.append(_values_test("infinities and huge values beyond each length change nothing", 1,
-                              [_case(rng, 3, 6, 3, 8, 4, lengths=[2, 8, 5], tail=_infinities),
-                               _case(rng, 3, 2, 1, 8, 4, lengths=[4, 1, 7], tail=_stale)]))
-    rng = np.random.default_rng(5108)
-    tests.append(_values_test("large scores (about 1e4): the softmax must be stable", 1,
-                              [_case(rng, 3, 4, 2, 6, 4, scale=50.0), _case(rng, 2, 2, 1, 5, 2, scale=-70.0)]))
-    rng = np.random.default_rng(5109)
-    tests.append(_values_test("head width d = 1", 1, [_case(rng, 3, 4, 2, 5, 1), _case(rng, 2, 3, 1, 4, 1)]))
-
-    # float32 in, float32 out, as accurate as float32 allows
-    rng = np.random.default_rng(5110)
-    f32 = [_case(rng, 3, 8, 2, 16, 8, dtype=np.float32), _case(rng, 2, 4, 4, 9, 6, dtype=np.float32)]
-    f32_expected = [reference(*c) for c in f32]
-
-    def float32(results):
-        for k, (case, exp) in enumerate(zip(f32, f32_expected)):
-            value = results[k].value
-            what = f"case {k + 1} of {len(f32)} ({_label(case)}, float32)"
-            if isinstance(value, np.ndarray) and value.dtype != np.float32:
-                raise Fail(f"{what}: the output has dtype {value.dtype}; for float32 inputs it should be "
-                           "float32 (a cache in float32 is read in float32)")
-            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-                value = value.astype(np.float64)       # float32 is right here: no advice to use float64
-            check_array(value, exp, f"{what}: the output", rtol=1e-4, atol=1e-5,
-                        hint=lambda a, c=case: _diagnose(*c, a, tol=1e-4))
-    tests.append(Test("float32 inputs give a float32 output, accurate to float32", 1,
-                      [Call(FN, c) for c in f32], float32, step="case"))
-
-    rng = np.random.default_rng(5111)
-    shaped = _case(rng, 3, 6, 2, 7, 5)
-
-    def shape_dtype(results):
-        value = results[0].value
-        if not isinstance(value, np.ndarray):
-            raise Fail(f"the output is {describe(value)}; expected a numpy array of shape (B, H, d) = (3, 6, 5)")
-        if value.shape != (3, 6, 5):
-            raise Fail(f"the output has shape {value.shape}; expected (B, H, d) = (3, 6, 5)")
-        if value.dtype != np.float64:
-            raise Fail(f"the output has dtype {value.dtype}; expected float64 for float64 inputs")
-    tests.append(Test("the output has shape (B, H, d) and q's dtype (float64 here)", 1,
-                      [Call(FN, shaped)], with_right_answer(shape_dtype, _values_test("", 0, [shaped]).check)))
-
-    rng = np.random.default_rng(5112)
-    kept = _case(rng, 3, 4, 2, 6, 3, lengths=[2, 6, 4], tail=_nan)
-
-    def not_modified(results, case=kept):
-        after = results[0].originals_after
-        for name, before, now in zip(("q", "K", "V", "lengths"), case, after):
-            unchanged(before, now, name)
-    tests.append(Test("q, K, V and lengths are not modified", 1, [Call(FN, kept, capture_args=True)],
-                      with_right_answer(not_modified, _values_test("", 0, [kept]).check)))
-
-    rng = np.random.default_rng(5113)
-    as_int32 = _case(rng, 3, 4, 2, 6, 3)
-    as_int32 = as_int32[:3] + (as_int32[3].astype(np.int32),)
-    tests.append(_values_test("lengths given as an int32 array", 1, [as_int32]))
-
-    rng = np.random.default_rng(5114)
+def _random_cases(seed, n):
+    rng = np.random.default_rng(seed)
     cases = []
-    for _ in range(20):
+    for _ in range(n):
         G = int(rng.integers(1, 4))
         H = G * int(rng.integers(1, 4))
         cases.append(_case(rng, int(rng.integers(1, 6)), H, G, int(rng.integers(1, 13)), int(rng.integers(1, 7)),
                            scale=float(rng.choice([0.5, 1.0, 3.0])),
                            tail=[None, _nan, _stale][int(rng.integers(0, 3))]))
-    tests.append(_values_test("20 random cases (B up to 5, H up to 9, L_max up to 12, d up to 6)", 2, cases))
-    return tests
+    return cases
 
 
-EXERCISE = Exercise(name="batched_decode_step", chapter=5, functions=(FN,), make_tests=make_tests,
-                    title="One decode step for a batch of sequences of different lengths")
+# A case to work by hand: one key/value head, two query heads, lengths 1 and 3.
+BY_HAND = (np.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 1.0], [0.0, 2.0]]]),
+           np.array([[[[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]], [[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]]]),
+           np.array([[[[1.0, 2.0], [0.0, 0.0], [0.0, 0.0]]], [[[1.0, 0.0], [0.0, 2.0], [1.0, 2.0]]]]),
+           np.array([1, 3]))
+
+
+# ---------------------------------------------------------------------------- the tests
+
+
+def make_tests() -> list[Test]:
+    return [
+        values_test("a small case (B = 2, H = 2, G = 1, d = 2, lengths 1 and 3)", 1, [BY_HAND]),
+        values_test("grouped heads: 8 query heads over 2 key/value heads (B = 3)", 2,
+                    _cases(5101, (3, 8, 2, 10, 4), (2, 6, 3, 7, 5))),
+        values_test("plain multi-head attention, H = G (B = 4)", 1, _cases(5102, (4, 3, 3, 9, 4), (2, 1, 1, 5, 3))),
+        values_test("one key/value head for every query head, G = 1 (B = 3, H = 6)", 1, _cases(5103, (3, 6, 1, 8, 4))),
+        values_test("lengths of 1: each sequence attends to its first position only", 1,
+                    _cases(5104, (4, 4, 2, 6, 3, {"lengths": [1, 1, 1, 1]}), (2, 2, 1, 1, 5, {"lengths": [1, 1]}))),
+        values_test("lengths equal to L_max: the whole buffer is valid", 1,
+                    _cases(5105, (3, 4, 2, 7, 3, {"lengths": [7, 7, 7]}), (3, 4, 4, 5, 2, {"lengths": [5, 1, 5]}))),
+        values_test("NaN beyond each length changes nothing", 2,
+                    _cases(5106, (4, 4, 2, 9, 4, {"lengths": [3, 9, 1, 6]}), (2, 2, 2, 6, 3, {"lengths": [2, 5]}),
+                           tail=_nan)),
+        values_test("infinities and huge values beyond each length change nothing", 1,
+                    _cases(5107, (3, 6, 3, 8, 4, {"lengths": [2, 8, 5], "tail": _infinities}),
+                           (3, 2, 1, 8, 4, {"lengths": [4, 1, 7], "tail": _stale}))),
+        values_test("large scores (about 1e4): the softmax must be stable", 1,
+                    _cases(5108, (3, 4, 2, 6, 4, {"scale": 50.0}), (2, 2, 1, 5, 2, {"scale": -70.0}))),
+        values_test("head width d = 1", 1, _cases(5109, (3, 4, 2, 5, 1), (2, 3, 1, 4, 1))),
+        float32_test("float32 inputs give a float32 output, accurate to float32", 1,
+                     _cases(5110, (3, 8, 2, 16, 8), (2, 4, 4, 9, 6), dtype=np.float32)),
+        property_test("the output has shape (B, H, d) and q's dtype (float64 here)", 1,
+                      *_cases(5111, (3, 6, 2, 7, 5)), _shape_dtype),
+        property_test("q, K, V and lengths are not modified", 1,
+                      *_cases(5112, (3, 4, 2, 6, 3), lengths=[2, 6, 4], tail=_nan), _not_modified, capture_args=True),
+        values_test("lengths given as an int32 array", 1, _int32_lengths(_cases(5113, (3, 4, 2, 6, 3)))),
+        values_test("20 random cases (B up to 5, H up to 9, L_max up to 12, d up to 6)", 2, _random_cases(5114, 20)),
+    ]
+
+
+EXERCISE = Exercise(name="batched_decode_step", make_tests=make_tests)

@@ -14,12 +14,13 @@ as variants, for the feedback.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from ..checks import Fail, as_array, check_array, check_exact_int, describe, unchanged, with_right_answer
-from ..registry import Call, Exercise, Test
+from ..checks import Fail, check_array, check_exact_int, describe, unchanged, with_right_answer
+from ..registry import Call, Exercise, Test, case
 
 FN = "blocked_decode"
 
@@ -153,19 +154,48 @@ def _check_count(value, case, what):
         raise Fail(f"{fail}; {hint}" if hint else str(fail)) from None
 
 
-def _cases_test(name, points, cases, *, count=True, values=True):
-    """A test of several cases (q, K_buf, V_buf, seq_len, block), each one call."""
-    expected = [reference(q, K, V, t) for q, K, V, t, _ in cases]
+def _check_cases(cases, expected, count, values, results):
+    """Each case (q, K_buf, V_buf, seq_len, block), one call each: ``out`` is the reference's
+    (when ``values``) and ``visited`` counts the blocks read (when ``count``)."""
+    for k, (one, exp) in enumerate(zip(cases, expected)):
+        label = f"case {k + 1} of {len(cases)}: " if len(cases) > 1 else ""
+        out, visited = _unpack(results[k].value, f"{label}blocked_decode")
+        if values:
+            check_array(out, exp, f"{label}out", hint=functools.partial(_diagnose, one))
+        if count:
+            _check_count(visited, one, f"{label}visited")
 
-    def check(results):
-        for k, (case, exp) in enumerate(zip(cases, expected)):
-            label = f"case {k + 1} of {len(cases)}: " if len(cases) > 1 else ""
-            out, visited = _unpack(results[k].value, f"{label}blocked_decode")
-            if values:
-                check_array(out, exp, f"{label}out", hint=lambda a, c=case: _diagnose(c, a))
-            if count:
-                _check_count(visited, case, f"{label}visited")
-    return Test(name, points, [Call(FN, c) for c in cases], check, step="case")
+
+def _inputs_unchanged(args, results):
+    """q, K_buf, V_buf (their unused rows included), seq_len and block come back as they went."""
+    q, K, V, t, b = args
+    after = results[0].args_after
+    for name, before, now in zip(("q", "K_buf", "V_buf"), (q, K, V), after):
+        unchanged(before, now, name)
+    if after[3] != t or after[4] != b:
+        raise Fail("seq_len or block came back changed")
+
+
+def _shape_dtype(args, results):
+    """``out`` is a float64 vector of shape (d_v,) = (5,) and ``visited`` an integer."""
+    out, visited = _unpack(results[0].value)
+    if not isinstance(out, np.ndarray):
+        raise Fail(f"out is {describe(out)}; expected a numpy array of shape (d_v,) = (5,)")
+    if out.shape != (5,):
+        raise Fail(f"out has shape {out.shape}; expected (d_v,) = (5,), one vector")
+    if out.dtype != np.float64:
+        raise Fail(f"out has dtype {out.dtype}; expected float64 for float64 inputs")
+    if isinstance(visited, (bool, np.bool_)) or not isinstance(visited, (int, np.integer)):
+        raise Fail(f"visited is {describe(visited)}; expected an integer")
+
+
+def _with_right_answer(prop, args, results):
+    """``prop`` counting only together with the right answer (out and visited) on the same call."""
+    right = functools.partial(_check_cases, [args], [reference(*args[:4])], True, True)
+    return with_right_answer(functools.partial(prop, args), right)(results)
+
+
+# ------------------------------------------------------------------------------ the inputs
 
 
 def _buffers(rng, N, d, d_v=None, scale=1.0):
@@ -182,135 +212,120 @@ def _case(rng, N, d, t, block, d_v=None, scale=1.0, tail=None):
     return (q, K, V, t, block)
 
 
-# --------------------------------------------------------------------------------- the tests
+def _cases(seed, *shapes, **options):
+    """One case per (N, d, seq_len, block[, tail or a dict of options]), drawn in turn from a
+    generator seeded with ``seed``; ``options`` (d_v, scale, tail) apply to every case."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for shape in shapes:
+        own = dict(options)
+        if len(shape) > 4:
+            own.update(shape[4] if isinstance(shape[4], dict) else {"tail": shape[4]})
+        cases.append(_case(rng, *shape[:4], **own))
+    return cases
 
 
-def make_tests() -> list[Test]:
-    tests = []
-
-    # The note's shapes: head size 8, a buffer of 4096 rows, the first decode step after a
-    # 32-token prompt (seq_len 33), blocks of 32: one full block and one of a single row.
-    rng = np.random.default_rng(8001)
-    tests.append(_cases_test("the first decode step after a 32-token prompt: seq_len 33 in a buffer of "
-                             "4096 rows, head size 8, blocks of 32", 2, [_case(rng, 4096, 8, 33, 32, tail=0.0)]))
-
-    rng = np.random.default_rng(8002)
-    tests.append(_cases_test("seq_len = 1: one block, and the output is the first value row", 1,
-                             [_case(rng, 16, 4, 1, 4, tail="random"), _case(rng, 9, 3, 1, 1, tail=np.nan)]))
-
-    rng = np.random.default_rng(8003)
-    tests.append(_cases_test("seq_len a multiple of the block: no partial block, no extra block", 2,
-                             [_case(rng, 80, 4, 64, 16, tail="random"), _case(rng, 40, 3, 32, 32, tail="random"),
-                              _case(rng, 100, 5, 96, 8, tail=np.nan)]))
-
-    rng = np.random.default_rng(8004)
-    tests.append(_cases_test("seq_len = max_seq_len: the whole buffer, its last block cut short by the "
-                             "buffer's end", 1, [_case(rng, 50, 4, 50, 16), _case(rng, 33, 6, 33, 32)]))
-
-    rng = np.random.default_rng(8005)
-    tests.append(_cases_test("a block larger than the whole buffer: one block", 1,
-                             [_case(rng, 20, 3, 13, 64, tail="random"), _case(rng, 20, 3, 20, 64),
-                              _case(rng, 7, 2, 5, 1000, tail=np.nan)]))
-
-    rng = np.random.default_rng(8006)
-    tests.append(_cases_test("NaN in the unused rows of both buffers: the result must not see them", 2,
-                             [_case(rng, 64, 4, 37, 16, tail=np.nan), _case(rng, 30, 5, 12, 5, tail=np.nan),
-                              _case(rng, 48, 3, 47, 8, tail=np.nan)]))
-
-    rng = np.random.default_rng(8007)
+def _infinite_tails(seed):
+    """Unused rows of inf, of -inf, and of inf, -inf and NaN mixed."""
+    rng = np.random.default_rng(seed)
     cases = [_case(rng, 40, 4, 21, 8, tail=np.inf), _case(rng, 40, 4, 17, 16, tail=-np.inf)]
     q, K, V, t, b = _case(rng, 40, 4, 10, 4)
     K[t:], V[t:] = np.inf, -np.inf
     K[t + 1::2], V[t + 1::2] = -np.inf, np.nan
-    cases.append((q, K, V, t, b))
-    tests.append(_cases_test("inf and -inf in the unused rows: the result must not see them", 1, cases))
+    return cases + [(q, K, V, t, b)]
 
-    rng = np.random.default_rng(8008)
+
+def _large_tails(seed):
+    """Tail keys that would win the softmax if counted, and tail values far from the others."""
+    rng = np.random.default_rng(seed)
     cases = []
     for N, d, t, b in [(60, 4, 23, 8), (32, 3, 9, 4)]:
         q, K, V, _, _ = _case(rng, N, d, t, b)
-        K[t:] *= 50.0                              # tail keys that would win the softmax if counted
+        K[t:] *= 50.0
         V[t:] += 100.0
         cases.append((q, K, V, t, b))
-    tests.append(_cases_test("large numbers in the unused rows: only the first seq_len rows count", 2, cases))
+    return cases
 
-    rng = np.random.default_rng(8009)
-    tests.append(_cases_test("large scores (about 1e4): the running maximum keeps exp from overflowing", 1,
-                             [_case(rng, 48, 4, 40, 8, scale=70.0, tail=np.nan),
-                              _case(rng, 24, 3, 24, 5, scale=-60.0)]))
 
-    # The largest score arrives late: every block raises the maximum, so the running sum and the
-    # accumulator must be rescaled each time (a missing rescale is wrong by a visible factor).
-    rng = np.random.default_rng(8010)
+def _growing_maximum(seed):
+    """The largest score arrives late: every block raises the maximum, so the running sum and the
+    accumulator must be rescaled each time (a missing rescale is wrong by a visible factor)."""
+    rng = np.random.default_rng(seed)
     cases = []
     for N, d, t, b in [(64, 4, 48, 8), (40, 2, 31, 6)]:
         q, K, V, _, _ = _case(rng, N, d, t, b)
         ramp = np.linspace(-3.0, 9.0, t)[:, None] * q[None, :] / float(q @ q) * math.sqrt(d)
         K[:t] = ramp + 0.1 * K[:t]
         cases.append((q, K, V, t, b))
-    tests.append(_cases_test("the maximum score grows from block to block: what is held must be rescaled", 2,
-                             cases))
+    return cases
 
-    rng = np.random.default_rng(8011)
-    cases = [_case(rng, 64, 2, t, b, tail=np.nan) for t, b in
-             [(1, 1), (1, 64), (15, 16), (16, 16), (17, 16), (63, 7), (64, 8), (5, 2), (2, 64), (64, 64)]]
-    tests.append(_cases_test("visited counts the blocks read: ceil(seq_len / block), for ten lengths and "
-                             "blocks", 2, cases, values=False))
 
-    rng = np.random.default_rng(8012)
-    tests.append(_cases_test("block = 1: one row per block", 1, [_case(rng, 12, 3, 9, 1, tail=np.nan)]))
-
-    rng = np.random.default_rng(8013)
-    tests.append(_cases_test("head width d = 1", 1, [_case(rng, 20, 1, 14, 4, tail="random"),
-                                                      _case(rng, 6, 1, 6, 4)]))
-
-    rng = np.random.default_rng(8014)
-    tests.append(_cases_test("values wider than the keys (d_v = 7, d = 3)", 1,
-                             [_case(rng, 30, 3, 19, 4, d_v=7, tail=np.nan)]))
-
-    # The inputs: not modified, the tail's NaN included.
-    rng = np.random.default_rng(8015)
-    q, K, V, t, b = _case(rng, 24, 4, 10, 4, tail=np.nan)
-
-    def inputs_unchanged(results, q=q, K=K, V=V, t=t, b=b):
-        after = results[0].args_after
-        for name, before, now in zip(("q", "K_buf", "V_buf"), (q, K, V), after):
-            unchanged(before, now, name)
-        if after[3] != t or after[4] != b:
-            raise Fail("seq_len or block came back changed")
-    tests.append(Test("q, K_buf and V_buf are not modified (their unused rows included)", 1,
-                      [Call(FN, (q, K, V, t, b), capture_args=True)],
-                      with_right_answer(inputs_unchanged, _cases_test("", 0, [(q, K, V, t, b)]).check)))
-
-    rng = np.random.default_rng(8016)
-    q, K, V, t, b = _case(rng, 20, 3, 11, 4, d_v=5, tail=np.nan)
-
-    def shape_dtype(results):
-        out, visited = _unpack(results[0].value)
-        if not isinstance(out, np.ndarray):
-            raise Fail(f"out is {describe(out)}; expected a numpy array of shape (d_v,) = (5,)")
-        if out.shape != (5,):
-            raise Fail(f"out has shape {out.shape}; expected (d_v,) = (5,), one vector")
-        if out.dtype != np.float64:
-            raise Fail(f"out has dtype {out.dtype}; expected float64 for float64 inputs")
-        if isinstance(visited, (bool, np.bool_)) or not isinstance(visited, (int, np.integer)):
-            raise Fail(f"visited is {describe(visited)}; expected an integer")
-    tests.append(Test("out has shape (d_v,) and dtype float64; visited is an integer", 1,
-                      [Call(FN, (q, K, V, t, b))],
-                      with_right_answer(shape_dtype, _cases_test("", 0, [(q, K, V, t, b)]).check)))
-
-    rng = np.random.default_rng(8017)
+def _random_cases(seed, n):
+    """``n`` random buffers, lengths, blocks, tails and scales."""
+    rng = np.random.default_rng(seed)
     cases = []
-    for _ in range(30):
+    for _ in range(n):
         N = int(rng.integers(1, 90))
         t = int(rng.integers(1, N + 1))
         d, d_v = int(rng.integers(1, 9)), int(rng.integers(1, 9))
         block = int(rng.choice([1, 2, 3, 4, 5, 8, 16, 31, 32, 64, 100]))
         tail = [None, "random", np.nan, np.inf][int(rng.integers(0, 4))]
         cases.append(_case(rng, N, d, t, block, d_v=d_v, scale=float(rng.choice([0.5, 1.0, 3.0])), tail=tail))
-    tests.append(_cases_test("30 random buffers, lengths and blocks (N up to 89, d and d_v up to 8)", 3, cases))
-    return tests
+    return cases
 
 
-EXERCISE = Exercise(name="blocked_decode", chapter=8, functions=(FN,), make_tests=make_tests,
-                    title="Blockwise decode over a fixed buffer with a runtime length")
+def cases_test(name, points, cases, *, count=True, values=True) -> Test:
+    """A test of several cases, one call each."""
+    expected = [reference(q, K, V, t) for q, K, V, t, _ in cases]
+    return case(name, points, [Call(FN, c) for c in cases], _check_cases, cases, expected, count, values,
+                step="case")
+
+
+def property_test(name, points, args, prop, capture_args=False) -> Test:
+    """A test of a property of one call, counting only together with the right answer."""
+    return case(name, points, [Call(FN, args, capture_args)], _with_right_answer, prop, args)
+
+
+# --------------------------------------------------------------------------------- the tests
+
+NAN, INF, RANDOM = np.nan, np.inf, "random"      # what fills the rows past seq_len
+
+
+def make_tests() -> list[Test]:
+    # The first case is the note's shapes: head size 8, a buffer of 4096 rows, the first decode
+    # step after a 32-token prompt (seq_len 33), blocks of 32: one full block and one of a single row.
+    return [
+        cases_test("the first decode step after a 32-token prompt: seq_len 33 in a buffer of 4096 rows, head size "
+                   "8, blocks of 32", 2, _cases(8001, (4096, 8, 33, 32, 0.0))),
+        cases_test("seq_len = 1: one block, and the output is the first value row", 1,
+                   _cases(8002, (16, 4, 1, 4, RANDOM), (9, 3, 1, 1, NAN))),
+        cases_test("seq_len a multiple of the block: no partial block, no extra block", 2,
+                   _cases(8003, (80, 4, 64, 16, RANDOM), (40, 3, 32, 32, RANDOM), (100, 5, 96, 8, NAN))),
+        cases_test("seq_len = max_seq_len: the whole buffer, its last block cut short by the buffer's end", 1,
+                   _cases(8004, (50, 4, 50, 16), (33, 6, 33, 32))),
+        cases_test("a block larger than the whole buffer: one block", 1,
+                   _cases(8005, (20, 3, 13, 64, RANDOM), (20, 3, 20, 64), (7, 2, 5, 1000, NAN))),
+        cases_test("NaN in the unused rows of both buffers: the result must not see them", 2,
+                   _cases(8006, (64, 4, 37, 16), (30, 5, 12, 5), (48, 3, 47, 8), tail=NAN)),
+        cases_test("inf and -inf in the unused rows: the result must not see them", 1, _infinite_tails(8007)),
+        cases_test("large numbers in the unused rows: only the first seq_len rows count", 2, _large_tails(8008)),
+        cases_test("large scores (about 1e4): the running maximum keeps exp from overflowing", 1,
+                   _cases(8009, (48, 4, 40, 8, {"scale": 70.0, "tail": NAN}), (24, 3, 24, 5, {"scale": -60.0}))),
+        cases_test("the maximum score grows from block to block: what is held must be rescaled", 2,
+                   _growing_maximum(8010)),
+        cases_test("visited counts the blocks read: ceil(seq_len / block), for ten lengths and blocks", 2,
+                   _cases(8011, *[(64, 2, t, b) for t, b in [(1, 1), (1, 64), (15, 16), (16, 16), (17, 16), (63, 7),
+                                                             (64, 8), (5, 2), (2, 64), (64, 64)]], tail=NAN),
+                   values=False),
+        cases_test("block = 1: one row per block", 1, _cases(8012, (12, 3, 9, 1), tail=NAN)),
+        cases_test("head width d = 1", 1, _cases(8013, (20, 1, 14, 4, RANDOM), (6, 1, 6, 4))),
+        cases_test("values wider than the keys (d_v = 7, d = 3)", 1, _cases(8014, (30, 3, 19, 4), d_v=7, tail=NAN)),
+        property_test("q, K_buf and V_buf are not modified (their unused rows included)", 1,
+                      *_cases(8015, (24, 4, 10, 4), tail=NAN), _inputs_unchanged, capture_args=True),
+        property_test("out has shape (d_v,) and dtype float64; visited is an integer", 1,
+                      *_cases(8016, (20, 3, 11, 4), d_v=5, tail=NAN), _shape_dtype),
+        cases_test("30 random buffers, lengths and blocks (N up to 89, d and d_v up to 8)", 3, _random_cases(8017, 30)),
+    ]
+
+
+EXERCISE = Exercise(name="blocked_decode", make_tests=make_tests)

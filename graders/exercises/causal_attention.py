@@ -7,12 +7,13 @@ log-sum-exp softmax.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from ..checks import Fail, check_array, describe, unchanged, with_right_answer
-from ..registry import Call, Exercise, Test
+from ..registry import Call, Exercise, Test, case
 
 FN = "causal_attention"
 
@@ -62,74 +63,89 @@ def _diagnose(Q, K, V, actual) -> str | None:
     return None
 
 
-def _values_test(name, points, cases):
-    expected = [reference(*c) for c in cases]
+def _check_values(cases, expected, results):
+    """Each case's output is the reference's."""
+    for k, ((Q, K, V), exp) in enumerate(zip(cases, expected)):
+        what = (f"case {k + 1} of {len(cases)} (T = {Q.shape[0]}, d = {Q.shape[1]}): the output"
+                if len(cases) > 1 else "the output")
+        check_array(results[k].value, exp, what, hint=functools.partial(_diagnose, Q, K, V))
 
-    def check(results):
-        for k, ((Q, K, V), exp) in enumerate(zip(cases, expected)):
-            what = (f"case {k + 1} of {len(cases)} (T = {Q.shape[0]}, d = {Q.shape[1]}): the output"
-                    if len(cases) > 1 else "the output")
-            check_array(results[k].value, exp, what, hint=lambda a, c=(Q, K, V): _diagnose(*c, a))
-    return Test(name, points, [Call(FN, c) for c in cases], check, step="case")
+
+def _not_modified(args, results):
+    original = results[0].originals_after
+    for name, arr, after in zip("QKV", args, original):
+        unchanged(arr, after, name)
+
+
+def _shape_dtype(args, results):
+    value = results[0].value
+    if not isinstance(value, np.ndarray):
+        raise Fail(f"the output is {describe(value)}; expected a numpy array of shape (T, d) = (6, 2)")
+    if value.shape != (6, 2):
+        raise Fail(f"the output has shape {value.shape}; expected (T, d) = (6, 2)")
+    if value.dtype != np.float64:
+        raise Fail(f"the output has dtype {value.dtype}; expected float64")
+
+
+def _with_right_answer(prop, args, results):
+    """``prop`` counting only together with the right answer on the same call."""
+    right = functools.partial(_check_values, [args], [reference(*args)])
+    return with_right_answer(functools.partial(prop, args), right)(results)
+
+
+def values_test(name, points, cases) -> Test:
+    return case(name, points, [Call(FN, c) for c in cases], _check_values, cases, [reference(*c) for c in cases],
+                step="case")
+
+
+def property_test(name, points, args, prop, capture_args=False) -> Test:
+    """A property of one call, counting only together with the right answer."""
+    return case(name, points, [Call(FN, args, capture_args)], _with_right_answer, prop, args)
 
 
 def _qkv(rng, T, d, scale=1.0):
     return tuple(rng.standard_normal((T, d)) * scale for _ in range(3))
 
 
-def make_tests() -> list[Test]:
-    tests = []
-    # The three tokens of seed 001's example, as a prefill: Q = K = X, V = X diag(1, 2).
-    X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    tests.append(_values_test("three tokens of width 2 (chapter 2's worked example as a prefill)", 1,
-                              [(X, X.copy(), X @ np.diag([1.0, 2.0]))]))
-    rng = np.random.default_rng(3001)
-    tests.append(_values_test("one token (T = 1): the output is V", 1, [_qkv(rng, 1, 4), _qkv(rng, 1, 1)]))
-    rng = np.random.default_rng(3002)
-    tests.append(_values_test("head width d = 1", 1, [_qkv(rng, 5, 1), _qkv(rng, 2, 1)]))
-    rng = np.random.default_rng(3003)
-    tests.append(_values_test("the causal mask: row t attends to tokens 0..t only (T = 6, d = 3)", 2,
-                              [_qkv(rng, 6, 3, 2.0)]))
-    rng = np.random.default_rng(3004)
-    tests.append(_values_test("non-square sizes (T = 7, d = 5; T = 13, d = 3; T = 2, d = 9)", 2,
-                              [_qkv(rng, 7, 5), _qkv(rng, 13, 3), _qkv(rng, 2, 9)]))
-    rng = np.random.default_rng(3005)
-    Q, K, V = _qkv(rng, 5, 4)
-    tests.append(_values_test("large scores (about 1e4): the softmax must be stable", 1,
-                              [(Q * 80.0, K * 80.0, V), (Q * -80.0, K * 80.0, V)]))
+def _cases(seed, *sizes):
+    """One (Q, K, V) per (T, d[, scale]), drawn in turn from a generator seeded with ``seed``."""
+    rng = np.random.default_rng(seed)
+    return [_qkv(rng, *size) for size in sizes]
 
-    rng = np.random.default_rng(3006)
-    Q, K, V = _qkv(rng, 4, 3)
 
-    def not_modified(results, Q=Q, K=K, V=V):
-        original = results[0].originals_after
-        for name, arr, after in zip("QKV", (Q, K, V), original):
-            unchanged(arr, after, name)
-    tests.append(Test("Q, K and V are not modified", 1, [Call(FN, (Q, K, V), capture_args=True)],
-                      with_right_answer(not_modified, _values_test("", 0, [(Q, K, V)]).check)))
+def _large_scores(seed):
+    """Scores of about 1e4, of both signs."""
+    Q, K, V = _qkv(np.random.default_rng(seed), 5, 4)
+    return [(Q * 80.0, K * 80.0, V), (Q * -80.0, K * 80.0, V)]
 
-    rng = np.random.default_rng(3007)
-    Q, K, V = _qkv(rng, 6, 2)
 
-    def shape_dtype(results):
-        value = results[0].value
-        if not isinstance(value, np.ndarray):
-            raise Fail(f"the output is {describe(value)}; expected a numpy array of shape (T, d) = (6, 2)")
-        if value.shape != (6, 2):
-            raise Fail(f"the output has shape {value.shape}; expected (T, d) = (6, 2)")
-        if value.dtype != np.float64:
-            raise Fail(f"the output has dtype {value.dtype}; expected float64")
-    tests.append(Test("the output has shape (T, d) and dtype float64", 1, [Call(FN, (Q, K, V))],
-                      with_right_answer(shape_dtype, _values_test("", 0, [(Q, K, V)]).check)))
-
-    rng = np.random.default_rng(3008)
+def _random_cases(seed, n):
+    rng = np.random.default_rng(seed)
     cases = []
-    for _ in range(25):
+    for _ in range(n):
         T, d = int(rng.integers(1, 17)), int(rng.integers(1, 9))
         cases.append(_qkv(rng, T, d, float(rng.choice([0.5, 1.0, 3.0]))))
-    tests.append(_values_test("25 random cases (T from 1 to 16, d from 1 to 8)", 2, cases))
-    return tests
+    return cases
 
 
-EXERCISE = Exercise(name="causal_attention", chapter=1, functions=(FN,), make_tests=make_tests,
-                    title="Causal attention over a whole sequence (prefill)")
+# The three tokens of chapter 2's example, as a prefill: Q = K = X, V = X diag(1, 2).
+X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+WORKED_EXAMPLE = (X, X.copy(), X @ np.diag([1.0, 2.0]))
+
+
+def make_tests() -> list[Test]:
+    return [
+        values_test("three tokens of width 2 (chapter 2's worked example as a prefill)", 1, [WORKED_EXAMPLE]),
+        values_test("one token (T = 1): the output is V", 1, _cases(3001, (1, 4), (1, 1))),
+        values_test("head width d = 1", 1, _cases(3002, (5, 1), (2, 1))),
+        values_test("the causal mask: row t attends to tokens 0..t only (T = 6, d = 3)", 2, _cases(3003, (6, 3, 2.0))),
+        values_test("non-square sizes (T = 7, d = 5; T = 13, d = 3; T = 2, d = 9)", 2,
+                    _cases(3004, (7, 5), (13, 3), (2, 9))),
+        values_test("large scores (about 1e4): the softmax must be stable", 1, _large_scores(3005)),
+        property_test("Q, K and V are not modified", 1, *_cases(3006, (4, 3)), _not_modified, capture_args=True),
+        property_test("the output has shape (T, d) and dtype float64", 1, *_cases(3007, (6, 2)), _shape_dtype),
+        values_test("25 random cases (T from 1 to 16, d from 1 to 8)", 2, _random_cases(3008, 25)),
+    ]
+
+
+EXERCISE = Exercise(name="causal_attention", make_tests=make_tests)

@@ -23,22 +23,29 @@ def reference(gpu_bytes, weight_bytes, n_layers, n_kv_heads, head_dim, seq_len, 
     return spare // per_sequence
 
 
-def make_tests():
-    def test(name, points, cases, anchor=None):
-        return values_test(FN, name, points, cases, reference, exact=True, anchor=anchor,
-                           hints={2.0: "twice the right count: is the factor 2 (keys and values) missing?"})
+HINTS = {2.0: "twice the right count: is the factor 2 (keys and values) missing?"}
 
-    gib = 1 << 30
-    seven_b = (32, 32, 128)             # layers, kv heads, head size of a 7B-class model
-    per_seq = 2 * 32 * 32 * 128 * 4096 * 2
-    rng = np.random.default_rng(5001)
-    random_cases = []
-    for _ in range(30):
+
+def test(name, points, cases, anchor=None):
+    return values_test(FN, name, points, cases, reference, exact=True, anchor=anchor, hints=HINTS)
+
+
+def _random_cases(seed, n):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(n):
         L, G, d = int(rng.integers(1, 81)), int(rng.choice([1, 2, 4, 8, 32])), int(rng.choice([64, 80, 128]))
         T, b = int(rng.choice([512, 1000, 2048, 4096, 8191])), int(rng.choice([1, 2]))
         weights = int(rng.integers(1, 200)) * 10 ** 8
         gpu = weights + int(rng.integers(0, 80)) * 10 ** 9 + int(rng.integers(0, 10 ** 9))
-        random_cases.append((gpu, weights, L, G, d, T, b))
+        cases.append((gpu, weights, L, G, d, T, b))
+    return cases
+
+
+def make_tests():
+    gib = 1 << 30
+    seven_b = (32, 32, 128)             # layers, kv heads, head size of a 7B-class model
+    per_seq = 2 * 32 * 32 * 128 * 4096 * 2
     return [
         test("a 7B-class model on a 24 GB GPU, 4096-token sequences (the A10 example)", 1,
              [(24 * 10 ** 9, 14 * 10 ** 9, *seven_b, 4096, 2)]),
@@ -53,10 +60,9 @@ def make_tests():
              anchor=(24 * gib, 14 * gib, *seven_b, 4096, 2)),
         test("grouped-query attention, a 70B-class model on 80 GB and 160 GB", 1,
              [(80 * 10 ** 9, 70 * 10 ** 9, 80, 8, 128, 4096, 2), (160 * 10 ** 9, 140 * 10 ** 9, 80, 8, 128, 8192, 1)]),
-        test("30 random GPUs and models, exact", 2, random_cases),
+        test("30 random GPUs and models, exact", 2, _random_cases(5001, 30)),
         type_test(FN, "the result is a Python int", 1, (24 * 10 ** 9, 14 * 10 ** 9, *seven_b, 4096, 2), "int", reference),
     ]
 
 
-EXERCISE = Exercise(name="max_batch", chapter=3, functions=(FN,), make_tests=make_tests,
-                    title="How many sequences fit beside the weights")
+EXERCISE = Exercise(name="max_batch", make_tests=make_tests)

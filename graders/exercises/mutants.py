@@ -39,6 +39,7 @@ import hashlib
 import json
 import marshal
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -462,20 +463,28 @@ def _why_not_valid(wheats, verdicts) -> list[str]:
 
 
 def _report(tests, verdicts) -> list[dict]:
-    entries = []
+    """The result's entries: one per prediction of part 1, then part 2's two (accepts every
+    correct builder; rejects the hidden mutants)."""
+    wheats, mutants = _builder_tests(tests)
+    todo = any(_outcome(verdicts[t.id]) == TODO for t in wheats)
+    valid, accepts = _accepts_entry(wheats, verdicts, todo)
+    return _prediction_entries(tests, verdicts) + [accepts, _rejects_entry(mutants, verdicts, valid, todo)]
+
+
+def _prediction_entries(tests, verdicts) -> list[dict]:
     part1 = next(t for t in tests if t.calls[0].fn == PREDICT)
     verdict = verdicts[part1.id]
     judged = verdict.value if verdict.passed and isinstance(verdict.value, dict) else None
-    for label in PREDICTED:
-        if judged is None:
-            entries.append(test_entry(f"part 1: {label}", PREDICT_POINTS, False, verdict.message or "not graded"))
-        else:
-            right, message = judged[label]
-            entries.append(test_entry(f"part 1: {label}", PREDICT_POINTS, right, message))
+    if judged is None:
+        return [test_entry(f"part 1: {label}", PREDICT_POINTS, False, verdict.message or "not graded")
+                for label in PREDICTED]
+    return [test_entry(f"part 1: {label}", PREDICT_POINTS, *judged[label]) for label in PREDICTED]
 
-    wheats, mutants = _builder_tests(tests)
+
+def _accepts_entry(wheats, verdicts, todo: bool) -> tuple[bool, dict]:
+    """Part 2's first entry: whether the check accepts every correct builder, and the entry that
+    says so (or which builders it did not accept)."""
     problems = _why_not_valid(wheats, verdicts)
-    todo = any(_outcome(verdicts[t.id]) == TODO for t in wheats)
     valid = not problems and all(_outcome(verdicts[t.id]) == ACCEPTED for t in wheats)
     if not valid and not problems:      # not run at all (the function is missing, say)
         problems = [f"- all of them: {verdicts[wheats[0].id].message or 'not run'}"]
@@ -483,9 +492,12 @@ def _report(tests, verdicts) -> list[dict]:
               "right thing, however its program text reads; the builders it did not accept:")
     if todo:
         header = f"{CHECK} is not implemented yet, so it accepts no builder:"
-    entries.append(test_entry(f"part 2: accepts every correct builder ({len(wheats)} of them)", 0, valid,
-                              "" if valid else "\n".join([header] + problems)))
+    return valid, test_entry(f"part 2: accepts every correct builder ({len(wheats)} of them)", 0, valid,
+                             "" if valid else "\n".join([header] + problems))
 
+
+def _rejects_entry(mutants, verdicts, valid: bool, todo: bool) -> dict:
+    """Part 2's second entry: a point per mutant rejected, counted only for a valid check."""
     # a NotImplementedError is an exception too: on a mutant it rejects it
     outcomes = [(REJECTED if o == TODO else o, _kind_of(t))
                 for o, t in ((_outcome(verdicts[t.id]), t) for t in mutants)]
@@ -497,31 +509,31 @@ def _report(tests, verdicts) -> list[dict]:
             message = f"{CHECK} is not implemented yet: write your answer in the starter cell; " + message
         score = 0
     else:
-        missed: dict[str, int] = {}
-        for (outcome, kind) in outcomes:
-            if outcome != REJECTED:
-                missed[kind] = missed.get(kind, 0) + 1
-        totals: dict[str, int] = {}
-        for _, kind in outcomes:
-            totals[kind] = totals.get(kind, 0) + 1
-        lines = [f"caught {caught} of {len(mutants)}"]
-        for kind, n in missed.items():
-            lines.append(f"- missed {n} of {totals[kind]}: {kind}. {HINTS[kind]}")
-        slow = sum(o == "timeout" for o, _ in outcomes)
-        if slow:
-            lines.append(f"your check ran past its time limit on {slow} mutant{'s' if slow > 1 else ''} "
-                         "(a time-out does not count as rejecting)")
-        odd = sum(o == NOT_A_BOOL for o, _ in outcomes)
-        if odd:
-            lines.append(f"{CHECK} returned something other than True or False for {odd} mutant"
-                         f"{'s' if odd > 1 else ''} (only False or an exception counts as rejecting)")
-        unrun = sum(o == "not run" for o, _ in outcomes)
-        if unrun:
-            lines.append(f"{unrun} mutants were not run: {next(verdicts[t.id].message for t in mutants if _outcome(verdicts[t.id]) == 'not run')}")
-        message, score = "\n".join(lines), caught
-    entries.append(test_entry(f"part 2: rejects the hidden mutants ({len(mutants)} of them)", len(mutants),
-                              valid and caught == len(mutants), message, score=score))
-    return entries
+        message, score = "\n".join(_mutant_lines(mutants, verdicts, outcomes, caught)), caught
+    return test_entry(f"part 2: rejects the hidden mutants ({len(mutants)} of them)", len(mutants),
+                      valid and caught == len(mutants), message, score=score)
+
+
+def _mutant_lines(mutants, verdicts, outcomes, caught: int) -> list[str]:
+    """What a valid check caught, what it missed by kind (with a hint), and the mutants on which
+    it timed out, returned something odd, or was not run."""
+    missed = Counter(kind for outcome, kind in outcomes if outcome != REJECTED)
+    totals = Counter(kind for _, kind in outcomes)
+    lines = [f"caught {caught} of {len(mutants)}"]
+    lines += [f"- missed {n} of {totals[kind]}: {kind}. {HINTS[kind]}" for kind, n in missed.items()]
+    counts = Counter(outcome for outcome, _ in outcomes)
+    if counts["timeout"]:
+        slow = counts["timeout"]
+        lines.append(f"your check ran past its time limit on {slow} mutant{'s' if slow > 1 else ''} "
+                     "(a time-out does not count as rejecting)")
+    if counts[NOT_A_BOOL]:
+        odd = counts[NOT_A_BOOL]
+        lines.append(f"{CHECK} returned something other than True or False for {odd} mutant"
+                     f"{'s' if odd > 1 else ''} (only False or an exception counts as rejecting)")
+    if counts["not run"]:
+        why = next(verdicts[t.id].message for t in mutants if _outcome(verdicts[t.id]) == "not run")
+        lines.append(f"{counts['not run']} mutants were not run: {why}")
+    return lines
 
 
 def _items(tests) -> list[Item]:
@@ -531,21 +543,23 @@ def _items(tests) -> list[Item]:
                Item(f"part 2: rejects the hidden mutants ({len(mutants)} of them)", len(mutants))])
 
 
+def builder_test(name: str, change: Change, source: str, phase: int) -> Test:
+    """The learner's check run on one builder (a correct one or a mutant), alone in its sandbox."""
+    return Test(name, 0, [Call(CHECK, (as_argument(change, source),))], _judge_builder, isolated=True, phase=phase)
+
+
 def make_tests() -> list[Test]:
+    """Part 1's predictions, then the check on every correct builder (the unchanged one first, in
+    a phase of its own), then on every mutant."""
     source = builder_source()
-    tests = [Test("part 1: what the checks catch", PREDICT_POINTS * len(PREDICTED), [Call(PREDICT, ())],
+    return ([Test("part 1: what the checks catch", PREDICT_POINTS * len(PREDICTED), [Call(PREDICT, ())],
                   _judge_predictions)]
-    for k, change in enumerate(WHEATS, start=1):
-        tests.append(Test(f"correct builder {k}", 0, [Call(CHECK, (as_argument(change, source),))],
-                          _judge_builder, isolated=True, phase=1 if change.kind == UNCHANGED else 2))
-    for k, change in enumerate(chaffs(), start=1):
-        tests.append(Test(f"mutant {k}", 0, [Call(CHECK, (as_argument(change, source),))], _judge_builder,
-                          isolated=True, phase=3))
-    return tests
+            + [builder_test(f"correct builder {k}", change, source, 1 if change.kind == UNCHANGED else 2)
+               for k, change in enumerate(WHEATS, start=1)]
+            + [builder_test(f"mutant {k}", change, source, 3) for k, change in enumerate(chaffs(), start=1)])
 
 
-EXERCISE = Exercise(name="mutants", chapter=11, functions=(PREDICT, CHECK), make_tests=make_tests,
-                    title="Testing the tests of the program builder",
+EXERCISE = Exercise(name="mutants", make_tests=make_tests,
                     libs=(Lib("ga2", hide=HIDDEN, parts=("requant",)),), quiet=True, test_seconds=10.0, submission_seconds=300.0,
                     proceed=_proceed, items=_items, report=_report)
 

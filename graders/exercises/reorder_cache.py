@@ -13,10 +13,12 @@ test it, in the learner's own process.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..checks import Fail, describe, unchanged, with_right_answer
-from ..registry import Call, Exercise, Ref, Test
+from ..registry import Call, Exercise, Ref, Test, case
 
 FN = "reorder_cache"
 
@@ -110,24 +112,17 @@ def _shape(cache) -> str:
     return f"{len(cache)} layer{'s' if len(cache) > 1 else ''}, B = {B}, G = {G}, T = {T}, d = {d}"
 
 
-def _values_test(name, points, cases, anchor=None):
-    """The new caches of ``cases`` against the reference.  ``anchor``: an ordinary case the test
-    also calls, for a test whose answer is its input (the identity): it counts only together with
-    the right answer there, so that returning the cache unchanged earns nothing."""
-    expected = [reference(c, idx) for c, idx in cases]
-    calls = [Call(FN, c) for c in cases] + ([Call(FN, anchor)] if anchor else [])
-
-    def check(results):
-        for k, ((cache, idx), exp) in enumerate(zip(cases, expected)):
-            label = f"case {k + 1} of {len(cases)} ({_shape(cache)}): " if len(cases) > 1 else ""
-            _check_cache(results[k].value, cache, idx, exp, label)
-        if anchor:
-            try:
-                _check_cache(results[len(cases)].value, *anchor, reference(*anchor), "on an ordinary case, ")
-            except Fail as fail:
-                raise Fail(f"{fail} (this test counts only together with the right answer on an ordinary "
-                           "case)") from None
-    return Test(name, points, calls, check, step="case")
+def _check_values(cases, expected, anchor, results):
+    """Each case's new cache is the reference's; then the anchor's, if any."""
+    for k, ((cache, idx), exp) in enumerate(zip(cases, expected)):
+        label = f"case {k + 1} of {len(cases)} ({_shape(cache)}): " if len(cases) > 1 else ""
+        _check_cache(results[k].value, cache, idx, exp, label)
+    if anchor:
+        try:
+            _check_cache(results[len(cases)].value, *anchor, reference(*anchor), "on an ordinary case, ")
+        except Fail as fail:
+            raise Fail(f"{fail} (this test counts only together with the right answer on an ordinary "
+                       "case)") from None
 
 
 def _unmodified(before: list, after, what: str = "the input cache") -> None:
@@ -144,90 +139,111 @@ def _unmodified(before: list, after, what: str = "the input cache") -> None:
                        "(the beam search still reads it)") from None
 
 
+def _not_modified(args, results):
+    cache, idx = args
+    after = results[0].args_after
+    _unmodified(cache, after[0])
+    unchanged(idx, after[1], "beam_idx")
+
+
+def _structure(args, results):
+    value = results[0].value
+    if not isinstance(value, list):
+        raise Fail(f"the new cache is {describe(value)}; expected a list (one dict per layer), "
+                   "like the cache it was given")
+    layers = _layers(value, 2)
+    for i, layer in enumerate(layers):
+        for name in ("k", "v"):
+            got = layer[name]
+            if not isinstance(got, np.ndarray) or got.shape != (2, 4, 6, 5):
+                raise Fail(f"layer {i}, {name!r} is {describe(got)}; expected shape "
+                           "(len(beam_idx), G, T, d) = (2, 4, 6, 5)")
+
+
+def _with_right_answer(prop, args, results):
+    """``prop`` counting only together with the right answer on the same call."""
+    right = functools.partial(_check_values, [args], [reference(*args)], None)
+    return with_right_answer(functools.partial(prop, args), right)(results)
+
+
+def _two_steps(cache, a, b, results):
+    """Two reorders in a row equal one by the composed index: new2[i] = old[a[b[i]]]."""
+    _check_cache(results[1].value, cache, a[b], reference(cache, a[b]), "after two reorders, ")
+
+
+def values_test(name, points, cases, anchor=None) -> Test:
+    """The new caches of ``cases`` against the reference.  ``anchor``: an ordinary case the test
+    also calls, for a test whose answer is its input (the identity): it counts only together with
+    the right answer there, so that returning the cache unchanged earns nothing."""
+    calls = [Call(FN, c) for c in cases] + ([Call(FN, anchor)] if anchor else [])
+    return case(name, points, calls, _check_values, cases, [reference(c, idx) for c, idx in cases], anchor,
+                step="case")
+
+
+def property_test(name, points, args, prop, capture_args=False) -> Test:
+    """A property of one call, counting only together with the right answer."""
+    return case(name, points, [Call(FN, args, capture_args)], _with_right_answer, prop, args)
+
+
+def two_steps_test(name, points, cache, a, b) -> Test:
+    return case(name, points, [Call(FN, (cache, a)), Call(FN, (Ref(0), b))], _two_steps, cache, a, b, step="call")
+
+
+def _cases(seed, *rows, dtype=np.float64):
+    """One case (cache, beam_idx) per ((n_layers, B, G, T, d), beam_idx), the caches drawn in turn
+    from a generator seeded with ``seed``."""
+    rng = np.random.default_rng(seed)
+    return [(_cache(rng, *shape, dtype=dtype), idx) for shape, idx in rows]
+
+
+def _identity(seed):
+    """The identity and, as its anchor, an ordinary reorder of the same cache."""
+    cache = _cache(np.random.default_rng(seed), 2, 3, 1, 4, 2)
+    return [(cache, np.array([0, 1, 2]))], (cache, np.array([2, 2, 0]))
+
+
+def _two_dtypes(seed):
+    rng = np.random.default_rng(seed)
+    return [(_cache(rng, 2, 3, 2, 4, 3, dtype=np.float32), np.array([1, 0, 1])),
+            (_cache(rng, 2, 2, 1, 5, 4, dtype=np.float16), np.array([1, 1]))]
+
+
+def _random_cases(seed, n):
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(n):
+        B = int(rng.integers(1, 7))
+        cases.append((_cache(rng, int(rng.integers(1, 5)), B, int(rng.integers(1, 4)), int(rng.integers(1, 9)),
+                             int(rng.integers(1, 6))), rng.integers(0, B, size=int(rng.integers(1, 7)))))
+    return cases
+
+
 # ---------------------------------------------------------------------------- the tests
 
 
 def make_tests() -> list[Test]:
-    tests = []
-    rng = np.random.default_rng(7101)
-    tests.append(_values_test("a permutation of 4 beams (2 layers)", 2,
-                              [(_cache(rng, 2, 4, 2, 5, 3), np.array([2, 0, 3, 1]))]))
-    rng = np.random.default_rng(7102)
-    identity = _cache(rng, 2, 3, 1, 4, 2)
-    tests.append(_values_test("the identity: every beam keeps its own row", 1, [(identity, np.array([0, 1, 2]))],
-                              anchor=(identity, np.array([2, 2, 0]))))
-    rng = np.random.default_rng(7103)
-    tests.append(_values_test("repeated parents: two beams continue beam 0, two continue beam 2", 2,
-                              [(_cache(rng, 3, 4, 2, 6, 4), np.array([0, 0, 2, 2])),
-                               (_cache(rng, 1, 5, 1, 3, 2), np.array([4, 1, 4, 4, 0]))]))
-    rng = np.random.default_rng(7104)
-    tests.append(_values_test("expanding one prompt to 4 beams (beam_idx = [0, 0, 0, 0])", 1,
-                              [(_cache(rng, 2, 1, 2, 7, 3), np.array([0, 0, 0, 0]))]))
-    rng = np.random.default_rng(7105)
-    tests.append(_values_test("keeping fewer rows than there were (beam_idx = [3, 1])", 1,
-                              [(_cache(rng, 2, 4, 2, 3, 2), np.array([3, 1]))]))
-    rng = np.random.default_rng(7106)
-    tests.append(_values_test("many layers (12), every one reordered the same way", 2,
-                              [(_cache(rng, 12, 3, 2, 4, 2), np.array([1, 1, 0]))]))
-    rng = np.random.default_rng(7107)
-    tests.append(_values_test("beam_idx as a Python list", 1,
-                              [(_cache(rng, 2, 3, 2, 3, 2), [2, 2, 0])]))
-
-    rng = np.random.default_rng(7108)
-    dtyped = [(_cache(rng, 2, 3, 2, 4, 3, dtype=np.float32), np.array([1, 0, 1])),
-              (_cache(rng, 2, 2, 1, 5, 4, dtype=np.float16), np.array([1, 1]))]
-    tests.append(_values_test("float32 and float16 caches keep their dtype", 1, dtyped))
-
-    # the input is not modified: the list, its dicts, their arrays
-    rng = np.random.default_rng(7109)
-    kept, kept_idx = _cache(rng, 3, 4, 2, 3, 2), np.array([3, 3, 0, 1])
-
-    def not_modified(results, cache=kept, idx=kept_idx):
-        after = results[0].args_after
-        _unmodified(cache, after[0])
-        unchanged(idx, after[1], "beam_idx")
-    tests.append(Test("the input cache (its list, dicts and arrays) and beam_idx are not modified", 2,
-                      [Call(FN, (kept, kept_idx), capture_args=True)],
-                      with_right_answer(not_modified, _values_test("", 0, [(kept, kept_idx)]).check)))
-
-    # two reorders in a row equal one by the composed index: new2[i] = old[a[b[i]]]
-    rng = np.random.default_rng(7110)
-    chained, a, b = _cache(rng, 2, 4, 2, 5, 3), np.array([1, 1, 3, 0]), np.array([2, 0, 0, 1])
-    composed = reference(chained, a[b])
-
-    def two_steps(results, cache=chained):
-        _check_cache(results[1].value, cache, a[b], composed, "after two reorders, ")
-    tests.append(Test("two steps of beam search: reordering the reordered cache", 1,
-                      [Call(FN, (chained, a)), Call(FN, (Ref(0), b))], two_steps, step="call"))
-
-    rng = np.random.default_rng(7111)
-    shaped = _cache(rng, 2, 3, 4, 6, 5)
-
-    def structure(results):
-        value = results[0].value
-        if not isinstance(value, list):
-            raise Fail(f"the new cache is {describe(value)}; expected a list (one dict per layer), "
-                       "like the cache it was given")
-        layers = _layers(value, 2)
-        for i, layer in enumerate(layers):
-            for name in ("k", "v"):
-                got = layer[name]
-                if not isinstance(got, np.ndarray) or got.shape != (2, 4, 6, 5):
-                    raise Fail(f"layer {i}, {name!r} is {describe(got)}; expected shape "
-                               "(len(beam_idx), G, T, d) = (2, 4, 6, 5)")
-    tests.append(Test("returns a list of dicts {'k', 'v'} of shape (len(beam_idx), G, T, d)", 1,
-                      [Call(FN, (shaped, np.array([2, 0])))],
-                      with_right_answer(structure, _values_test("", 0, [(shaped, np.array([2, 0]))]).check)))
-
-    rng = np.random.default_rng(7112)
-    cases = []
-    for _ in range(12):
-        B = int(rng.integers(1, 7))
-        cases.append((_cache(rng, int(rng.integers(1, 5)), B, int(rng.integers(1, 4)), int(rng.integers(1, 9)),
-                             int(rng.integers(1, 6))), rng.integers(0, B, size=int(rng.integers(1, 7)))))
-    tests.append(_values_test("12 random caches and indices (up to 4 layers, 6 beams, 8 positions)", 2, cases))
-    return tests
+    identity, anchor = _identity(7102)
+    return [
+        values_test("a permutation of 4 beams (2 layers)", 2, _cases(7101, ((2, 4, 2, 5, 3), np.array([2, 0, 3, 1])))),
+        values_test("the identity: every beam keeps its own row", 1, identity, anchor=anchor),
+        values_test("repeated parents: two beams continue beam 0, two continue beam 2", 2,
+                    _cases(7103, ((3, 4, 2, 6, 4), np.array([0, 0, 2, 2])), ((1, 5, 1, 3, 2), np.array([4, 1, 4, 4, 0])))),
+        values_test("expanding one prompt to 4 beams (beam_idx = [0, 0, 0, 0])", 1,
+                    _cases(7104, ((2, 1, 2, 7, 3), np.array([0, 0, 0, 0])))),
+        values_test("keeping fewer rows than there were (beam_idx = [3, 1])", 1,
+                    _cases(7105, ((2, 4, 2, 3, 2), np.array([3, 1])))),
+        values_test("many layers (12), every one reordered the same way", 2,
+                    _cases(7106, ((12, 3, 2, 4, 2), np.array([1, 1, 0])))),
+        values_test("beam_idx as a Python list", 1, _cases(7107, ((2, 3, 2, 3, 2), [2, 2, 0]))),
+        values_test("float32 and float16 caches keep their dtype", 1, _two_dtypes(7108)),
+        property_test("the input cache (its list, dicts and arrays) and beam_idx are not modified", 2,
+                      *_cases(7109, ((3, 4, 2, 3, 2), np.array([3, 3, 0, 1]))), _not_modified, capture_args=True),
+        two_steps_test("two steps of beam search: reordering the reordered cache", 1,
+                       *_cases(7110, ((2, 4, 2, 5, 3), np.array([1, 1, 3, 0])))[0], np.array([2, 0, 0, 1])),
+        property_test("returns a list of dicts {'k', 'v'} of shape (len(beam_idx), G, T, d)", 1,
+                      *_cases(7111, ((2, 3, 4, 6, 5), np.array([2, 0]))), _structure),
+        values_test("12 random caches and indices (up to 4 layers, 6 beams, 8 positions)", 2, _random_cases(7112, 12)),
+    ]
 
 
-EXERCISE = Exercise(name="reorder_cache", chapter=7, functions=(FN,), make_tests=make_tests,
-                    title="Reorder a beam search's cache by parent beam")
+EXERCISE = Exercise(name="reorder_cache", make_tests=make_tests)

@@ -7,12 +7,13 @@ answer's vectorised ``exp(s - max) / sum``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from ..checks import Fail, as_array, check_array, describe, unchanged, with_right_answer
-from ..registry import Call, Exercise, Test
+from ..checks import Fail, check_array, describe, unchanged, with_right_answer
+from ..registry import Call, Exercise, Test, case
 
 FN = "softmax"
 
@@ -44,61 +45,56 @@ def _diagnose(scores, actual) -> str | None:
     return None
 
 
-def _values_test(name, points, inputs, *, rtol=1e-9):
-    expected = [reference(s) for s in inputs]
-
-    def check(results):
-        for k, (scores, exp) in enumerate(zip(inputs, expected)):
-            what = f"case {k + 1} of {len(inputs)} (shape {np.shape(scores)}): the output" if len(inputs) > 1 \
-                else "the output"
-            check_array(results[k].value, exp, what, rtol=rtol, atol=1e-15,
-                        hint=lambda a, s=scores: _diagnose(s, a))
-    return Test(name, points, [Call(FN, (s,)) for s in inputs], check, step="case")
+def _check_values(inputs, expected, rtol, results):
+    """Each case's output is the reference's."""
+    for k, (scores, exp) in enumerate(zip(inputs, expected)):
+        what = f"case {k + 1} of {len(inputs)} (shape {np.shape(scores)}): the output" if len(inputs) > 1 \
+            else "the output"
+        check_array(results[k].value, exp, what, rtol=rtol, atol=1e-15, hint=functools.partial(_diagnose, scores))
 
 
-def make_tests() -> list[Test]:
-    tests = []
-    tests.append(_values_test("small 1-D scores", 1, [
-        np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.25, 2.0, 0.0]), np.array([-3.0, 3.0])]))
-    tests.append(_values_test("one score gets weight 1", 1, [np.array([0.7]), np.array([-42.0])]))
-    tests.append(_values_test("equal scores get equal weights", 1, [np.zeros(5), np.full(7, 3.5)]))
-    rng = np.random.default_rng(2001)
-    tests.append(_values_test("2-D scores: a softmax of each row, along the last axis (3 x 5 and 4 x 2)", 2,
-                              [rng.standard_normal((3, 5)), rng.standard_normal((4, 2)) * 3]))
-    tests.append(_values_test("large scores (up to 1e4) stay finite and exact", 2, [
-        np.array([1e4, 1e4 - 1.0, 1e4 - 2.5]), np.array([[1e4, 0.0, -5.0], [2.0, 1e4 + 3.0, 1e4]])]))
-    tests.append(_values_test("very negative scores (down to -1e4)", 1, [
-        np.array([-1e4, -1e4 + 0.5, -1e4 - 2.0]), np.array([[-1e4, -1e4 - 1.0], [-2e4, -2e4]])]))
-    tests.append(_values_test("scores of 1e4 and -1e4 together", 1, [np.array([1e4, -1e4, 0.0, 1e4 - 1.0])]))
+def _not_modified(inputs, results):
+    unchanged(inputs[0], results[0].originals_after[0], "the input scores")
 
-    rng = np.random.default_rng(2002)
-    scores = rng.standard_normal((4, 6)) * 5
 
-    def not_modified(results, scores=scores):
-        unchanged(scores, results[0].originals_after[0], "the input scores")
-    tests.append(Test("the input array is not modified", 1, [Call(FN, (scores,), capture_args=True)],
-                      with_right_answer(not_modified, _values_test("", 0, [scores]).check)))
+def _shape_dtype(inputs, results):
+    for k, (inp, what) in enumerate(zip(inputs, ("1-D", "2-D"))):
+        value = results[k].value
+        if not isinstance(value, np.ndarray):
+            raise Fail(f"for {what} scores the output is {describe(value)}; expected a numpy array")
+        if value.shape != inp.shape:
+            raise Fail(f"for {what} scores of shape {inp.shape} the output has shape {value.shape}; "
+                       "expected the same shape as the input")
+        if value.dtype != np.float64:
+            raise Fail(f"for float64 scores the output has dtype {value.dtype}; expected float64")
 
-    rng = np.random.default_rng(2003)
-    one_d, two_d = rng.standard_normal(6), rng.standard_normal((2, 7))
 
-    def shape_dtype(results):
-        for k, (inp, what) in enumerate(((one_d, "1-D"), (two_d, "2-D"))):
-            value = results[k].value
-            if not isinstance(value, np.ndarray):
-                raise Fail(f"for {what} scores the output is {describe(value)}; expected a numpy array")
-            if value.shape != inp.shape:
-                raise Fail(f"for {what} scores of shape {inp.shape} the output has shape {value.shape}; "
-                           "expected the same shape as the input")
-            if value.dtype != np.float64:
-                raise Fail(f"for float64 scores the output has dtype {value.dtype}; expected float64")
-    tests.append(Test("the output has the input's shape and dtype float64", 1,
-                      [Call(FN, (one_d,)), Call(FN, (two_d,))],
-                      with_right_answer(shape_dtype, _values_test("", 0, [one_d, two_d]).check), step="case"))
+def _with_right_answer(prop, inputs, results):
+    """``prop`` counting only together with the right answer on the same calls."""
+    right = functools.partial(_check_values, inputs, [reference(s) for s in inputs], 1e-9)
+    return with_right_answer(functools.partial(prop, inputs), right)(results)
 
-    tests.append(_values_test("integer scores", 1, [np.array([1, 2, 3]), np.array([[0, 5], [-2, 2]])]))
 
-    rng = np.random.default_rng(2004)
+def values_test(name, points, inputs, *, rtol=1e-9) -> Test:
+    return case(name, points, [Call(FN, (s,)) for s in inputs], _check_values, inputs,
+                [reference(s) for s in inputs], rtol, step="case")
+
+
+def property_test(name, points, inputs, prop, capture_args=False, **options) -> Test:
+    """A property of the calls on ``inputs``, counting only together with the right answers."""
+    return case(name, points, [Call(FN, (s,), capture_args) for s in inputs], _with_right_answer, prop, inputs,
+                **options)
+
+
+def _drawn(seed, *draws):
+    """Arrays drawn in turn from a generator seeded with ``seed``: (shape, scale) each."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape) * scale for shape, scale in draws]
+
+
+def _random_cases(seed):
+    """20 vectors then 20 tables of random sizes and scales."""
+    rng = np.random.default_rng(seed)
     cases = []
     for _ in range(20):
         n = int(rng.integers(1, 12))
@@ -106,9 +102,29 @@ def make_tests() -> list[Test]:
     for _ in range(20):
         r, c = (int(v) for v in rng.integers(1, 9, size=2))
         cases.append(rng.standard_normal((r, c)) * rng.choice([0.1, 1.0, 10.0, 300.0]))
-    tests.append(_values_test("40 random cases, 1-D and 2-D, sizes 1 to 11, scales 0.1 to 300", 2, cases))
-    return tests
+    return cases
 
 
-EXERCISE = Exercise(name="softmax", chapter=1, functions=(FN,), make_tests=make_tests,
-                    title="A numerically stable softmax")
+def make_tests() -> list[Test]:
+    return [
+        values_test("small 1-D scores", 1, [np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.25, 2.0, 0.0]),
+                                            np.array([-3.0, 3.0])]),
+        values_test("one score gets weight 1", 1, [np.array([0.7]), np.array([-42.0])]),
+        values_test("equal scores get equal weights", 1, [np.zeros(5), np.full(7, 3.5)]),
+        values_test("2-D scores: a softmax of each row, along the last axis (3 x 5 and 4 x 2)", 2,
+                    _drawn(2001, ((3, 5), 1), ((4, 2), 3))),
+        values_test("large scores (up to 1e4) stay finite and exact", 2, [
+            np.array([1e4, 1e4 - 1.0, 1e4 - 2.5]), np.array([[1e4, 0.0, -5.0], [2.0, 1e4 + 3.0, 1e4]])]),
+        values_test("very negative scores (down to -1e4)", 1, [
+            np.array([-1e4, -1e4 + 0.5, -1e4 - 2.0]), np.array([[-1e4, -1e4 - 1.0], [-2e4, -2e4]])]),
+        values_test("scores of 1e4 and -1e4 together", 1, [np.array([1e4, -1e4, 0.0, 1e4 - 1.0])]),
+        property_test("the input array is not modified", 1, _drawn(2002, ((4, 6), 5)), _not_modified,
+                      capture_args=True),
+        property_test("the output has the input's shape and dtype float64", 1, _drawn(2003, (6, 1), ((2, 7), 1)),
+                      _shape_dtype, step="case"),
+        values_test("integer scores", 1, [np.array([1, 2, 3]), np.array([[0, 5], [-2, 2]])]),
+        values_test("40 random cases, 1-D and 2-D, sizes 1 to 11, scales 0.1 to 300", 2, _random_cases(2004)),
+    ]
+
+
+EXERCISE = Exercise(name="softmax", make_tests=make_tests)

@@ -25,7 +25,8 @@ What each mode gives, and what is refused, is in ``graders/README.md`` ("The san
 """
 from __future__ import annotations
 
-from .commands import HARNESS, SUPERVISOR, site_dirs
+from .commands import HARNESS, SUPERVISOR
+from .interpreter import site_dirs
 from .describe import describe
 from .folders import work_folder
 from .limits import PROTECTIONS, SUBMISSION_SECONDS, TEST_SECONDS, Limits, Run, SandboxUnavailable

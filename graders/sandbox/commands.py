@@ -8,13 +8,16 @@ editable install's path to the course checkout) out of ``sys.path``.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import py_compile
 import shutil
-import sys
 import threading
 from pathlib import Path
 
 from .. import supervisor as _supervisor
+from .interpreter import environment, interpreter
+from .resident import view
 
 GRADERS = Path(__file__).resolve().parent.parent
 HARNESS = GRADERS / "harness.py"
@@ -34,32 +37,6 @@ def which(tool: str) -> str | None:
     return _tools[tool]
 
 
-def interpreter() -> str:
-    """The interpreter as a sandbox names it: normalized, so that a grader started as
-    ``../.venv/bin/python`` names a path that exists in the sandbox, where only the
-    installation's folders are."""
-    return os.path.normpath(os.path.abspath(sys.executable))
-
-
-def python_roots() -> list[str]:
-    """Folders the sandboxed interpreter needs: the installation and the packages' folders
-    (outermost only: a folder inside another is not listed)."""
-    roots = [sys.base_prefix, sys.prefix] + site_dirs()
-    out: list[str] = []
-    for root in roots:
-        for path in {os.path.abspath(root), os.path.realpath(root)}:
-            if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in out):
-                out = [r for r in out if not r.startswith(path.rstrip("/") + "/")] + [path]
-    return out
-
-
-def site_dirs() -> list[str]:
-    """The package folders put on the sandboxed ``sys.path`` (``-S``: no ``.pth`` files are run,
-    so an editable install's path to the course checkout never gets there)."""
-    import numpy
-    return [str(Path(numpy.__file__).resolve().parent.parent)]
-
-
 _compiled: dict[Path, Path | None] = {}
 _compile_lock = threading.Lock()
 
@@ -71,8 +48,6 @@ def bytecode(source: Path) -> Path | None:
     that the compiled file matches the source, and compiles the source when it does not)."""
     with _compile_lock:
         if source not in _compiled:
-            import importlib.util
-            import py_compile
             cached = Path(importlib.util.cache_from_source(str(source)))
             try:
                 py_compile.compile(str(source), cfile=str(cached), doraise=True)
@@ -80,14 +55,6 @@ def bytecode(source: Path) -> Path | None:
             except (OSError, py_compile.PyCompileError):
                 _compiled[source] = None
         return _compiled[source]
-
-
-def environment(home: str) -> dict[str, str]:
-    """The whole environment of a sandbox: nothing of the grader's."""
-    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8",
-            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            "NUMEXPR_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
 
 
 def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, seccomp_fd: int | None,
@@ -122,7 +89,6 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
              "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
     # The system and Python as a run sees them: a copy in memory of what it needs (``resident``),
     # bound after the private /tmp, since a checkout (and so its .venv) may itself live there.
-    from .resident import view
     copy = view()
     for folder in copy.folders():
         args += ["--ro-bind", copy.source(folder), folder]

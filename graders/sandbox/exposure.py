@@ -33,7 +33,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .commands import GRADERS, environment
+from .commands import GRADERS
+from .interpreter import environment
 
 MAX_PATHS = 20_000          # per guarded folder: every file of a course is far fewer
 CHECK_SECONDS = 30

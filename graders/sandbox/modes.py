@@ -24,9 +24,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .commands import (HARNESS, SUPERVISOR, WORKDIR, bwrap_prefix, environment, supervisor_cmd,
-                       unshare_prefix)
+from .commands import HARNESS, SUPERVISOR, WORKDIR, bwrap_prefix, supervisor_cmd, unshare_prefix
 from .folders import work_folder
+from .interpreter import environment
 from .limits import Limits, Run
 from .resident import view
 from .sweep import sweep_files, sweep_processes

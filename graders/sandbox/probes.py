@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 
 from . import seccomp
-from .commands import (SUPERVISOR, bwrap_prefix, environment, site_dirs, supervisor_cmd,
-                       unshare_prefix, which)
+from .commands import SUPERVISOR, bwrap_prefix, supervisor_cmd, unshare_prefix, which
+from .interpreter import environment, site_dirs
 from .resident import view
 
 _probe_lock = threading.Lock()

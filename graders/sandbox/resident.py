@@ -43,7 +43,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .commands import environment, interpreter, site_dirs
+from .interpreter import environment, interpreter, site_dirs
 from .folders import remove_stale_folders
 
 STDLIB_LEFT_OUT = ("test", "site-packages", "dist-packages", "idlelib", "tkinter", "turtledemo",

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from . import exposure, probes, seccomp
 from .cgroups import Cgroup, cgroup_base
-from .commands import HARNESS, SUPERVISOR, bytecode, site_dirs
+from .commands import HARNESS, SUPERVISOR, bytecode
+from .interpreter import site_dirs
 from .describe import describe
 from .guard import Guard, budget
 from .limits import Limits, Run, SandboxUnavailable

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from .. import supervisor as _supervisor
 from .cgroups import Cgroup
-from .commands import bwrap_prefix, site_dirs, supervisor_cmd
+from .commands import bwrap_prefix, supervisor_cmd
+from .interpreter import site_dirs
 from .folders import work_folder
 from .limits import Limits, Run
 from .sweep import sweep_processes, track, untrack

@@ -68,7 +68,7 @@ def _executed(path):
     relative = path.resolve().relative_to(ROOT).with_suffix("")
     built = BUILD / relative.with_suffix(".ipynb")
     glue = BUILD / relative.with_suffix(".glue.json")
-    if not built.exists() or not glue.exists():
+    if not built.exists():
         pytest.fail(f"the book was not built: {built.relative_to(ROOT)} is missing. The chapter tests read the "
                     "notebooks the book's build executed: run `make book` first (`make test` does).", pytrace=False)
     nb = nbformat.read(built, as_version=4)
@@ -76,7 +76,7 @@ def _executed(path):
     if [c.source for c in nb.cells] != [c.source for c in stored.cells]:
         pytest.fail(f"{built.relative_to(ROOT)} was executed from an older {relative}.ipynb: run `make book` again.",
                     pytrace=False)
-    return nb, glued_values(json.loads(glue.read_text()))
+    return nb, glued_values(json.loads(glue.read_text()) if glue.exists() else {})   # no glue, no file
 
 
 def executed(path):
@@ -196,3 +196,24 @@ def self_check_pairs(nb):
         if event != "answer":
             pairs.append((event, i + 1 < len(events) and events[i + 1] == "answer"))
     return pairs
+
+
+def assert_says_how_much_faster(words, ratio, shown_ratio_decimals=None):
+    """``words`` compare two times as the course's pages state it, ``ratio`` being the other time
+    over this one: "about as fast as" within 5% of 1; else "X times faster than" for a ratio above
+    1 and "X times slower than" below, X the ratio (or its inverse) with one decimal below 10 and
+    none from 10 up.  When the page rounded the ratio before choosing its words
+    (``shown_ratio_decimals``), a ratio on the 5% edge may be read either way."""
+    edge = 0.5 * 10 ** -shown_ratio_decimals if shown_ratio_decimals is not None else 0.0
+    if words == "about as fast as":
+        assert 1 / 1.05 - edge <= ratio <= 1.05 + edge, (words, ratio)
+        return
+    m = re.fullmatch(r"(\d[\d,]*(?:\.\d)?) times (faster|slower) than", words)
+    assert m, f"not a comparison of two times: {words!r}"
+    assert (m[2] == "faster") == (ratio > 1), (words, ratio)
+    x = ratio if ratio > 1 else 1 / ratio
+    assert x >= 1.05 - edge, (words, ratio)
+    shown = float(m[1].replace(",", ""))
+    decimals = 1 if "." in m[1] else 0
+    assert decimals == (1 if shown < 10 else 0), words
+    assert abs(shown - x) <= 0.5 * 10 ** -decimals + 2 * edge * x, (words, ratio)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from chapter_notebooks import ROOT, answer_cell, chapter_path, errors, executed, figures, markdown
-from graders.answer_leaks import leaks_in_notebook
+from coursetools.answer_leaks import leaks_in_notebook
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 CH3 = chapter_path("03_cache_memory")
@@ -115,7 +115,7 @@ def test_chapter_outputs_carry_no_stderr_and_no_warning(ch3):
 def test_the_chapter_shows_no_answer_but_links_its_exercise(ch3):
     """No graded function's source in an executed chapter (cells or outputs); each graded function
     the chapter teaches is named beside a link to its exercise."""
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch3
     leaks = leaks_in_notebook(nb, "ch3")
     assert not leaks, describe(leaks)

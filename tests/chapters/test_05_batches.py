@@ -17,7 +17,7 @@ import pytest
 
 from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, chapter_path, errors,
                                execute, executed, figures, glued, markdown, number, self_check_pairs)
-from graders.answer_leaks import find_leaks
+from coursetools.answer_leaks import find_leaks
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 CH5 = chapter_path("05_batches")

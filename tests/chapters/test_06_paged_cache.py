@@ -20,9 +20,8 @@ from collections import deque
 
 import pytest
 
-from chapter_notebooks import (ROOT, assert_glue_references_resolve, chapter_path, errors, executed,
-                               glue_references)
-from coursebook import times_word
+from chapter_notebooks import (ROOT, assert_glue_references_resolve, assert_says_how_much_faster, chapter_path,
+                               errors, executed, glue_references, number)
 
 CH6 = chapter_path("06_paged_cache")
 
@@ -40,8 +39,16 @@ BY_HAND = {"ch6_a_table": "[0, 1]", "ch6_b_table": "[2, 3, 4]", "ch6_first_free"
            "ch6_q2_worst_kib": "1,920", "ch6_prefix_blocks": 20, "ch6_max_len_fit": 8,
            "ch6_pool_positions": "16,384", "ch6_requests": 128}
 
-PUBLISHED = {"ch6_vllm_existing": "60% to 80%", "ch6_vllm_paged": "under 4%", "ch6_vllm_throughput": "2 to 4 times",
-             "ch6_sharegpt_prompt": 161, "ch6_sharegpt_output": 338}
+# The PagedAttention paper (Kwon et al., 2023), as it states them: the serving systems before it
+# stored token states in only 20.4% to 38.2% of their KV cache memory; vLLM wastes under 4% and
+# serves 2 to 4 times the throughput; its ShareGPT traces average 161.31 prompt and 337.99 output
+# tokens.  The page states the waste to the nearest ten percent, the lengths to the token.
+PAPER_USED = (0.204, 0.382)
+PAPER_SHAREGPT = (161.31, 337.99)
+PUBLISHED = {"ch6_vllm_existing": f"{round(100 * (1 - PAPER_USED[1]), -1):.0f}% to "
+                                  f"{round(100 * (1 - PAPER_USED[0]), -1):.0f}%",
+             "ch6_vllm_paged": "under 4%", "ch6_vllm_throughput": "2 to 4 times",
+             "ch6_sharegpt_prompt": round(PAPER_SHAREGPT[0]), "ch6_sharegpt_output": round(PAPER_SHAREGPT[1])}
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +67,13 @@ def test_the_walk_through_and_the_self_check_give_the_numbers_worked_out_by_hand
     assert {k: values[k] for k in BY_HAND} == BY_HAND
 
 
-def test_the_published_figures_are_stated_as_published(chapter):
+def test_the_published_figures_are_stated_as_published_and_the_chapters_workload_follows_them(chapter):
     _, values = chapter
     assert {k: values[k] for k in PUBLISHED} == PUBLISHED
+    # the workload is drawn with ShareGPT's mean lengths: 128 lognormal draws, whose means land
+    # within 15% of the paper's
+    assert abs(number(values["ch6_prompt_mean"]) / PAPER_SHAREGPT[0] - 1) < 0.15
+    assert abs(number(values["ch6_output_mean"]) / PAPER_SHAREGPT[1] - 1) < 0.15
 
 
 def reserved_run(prompts, outputs, held, memory=16384, batch=32):
@@ -109,8 +120,9 @@ def test_the_measured_figures_are_positive_and_their_words_follow_them(chapter):
     _, values = chapter
     one, many = float(values["ch6_step_1_ms"]), float(values["ch6_step_32_ms"])
     assert one > 0 and many > 0 and float(values["ch6_step_growth"]) > 0
-    ratio = float(values["ch6_speed_ratio"])
-    assert ratio > 0 and values["ch6_speed_word"] == times_word(ratio)
+    ratio = float(values["ch6_speed_ratio"])          # paged over preallocated tokens per second
+    assert ratio > 0
+    assert_says_how_much_faster(values["ch6_speed_word"], ratio)
     assert "Xeon" in values["ch6_machine"] or "logical CPU" in values["ch6_machine"]
 
 

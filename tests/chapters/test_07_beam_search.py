@@ -16,7 +16,7 @@ import pytest
 
 from chapter_notebooks import (ROOT, answer_cell, chapter_path, errors, execute, executed, figures, glued,
                                number, numbers, self_check_pairs)
-from graders.answer_leaks import find_leaks
+from coursetools.answer_leaks import find_leaks
 from public_checks import evaluate, run_checks
 
 CH7 = chapter_path("07_beam_search")

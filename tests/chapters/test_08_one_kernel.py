@@ -16,10 +16,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, chapter_path, errors,
-                               execute, executed, figures, glued, markdown)
-from coursebook import times_word
-from graders.answer_leaks import leaks_in_notebook
+from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, assert_says_how_much_faster,
+                               chapter_path, errors, execute, executed, figures, glued, markdown)
+from coursetools.answer_leaks import leaks_in_notebook
 from public_checks import evaluate, run_checks
 
 CH8 = chapter_path("08_one_kernel")
@@ -73,31 +72,31 @@ def test_every_variant_agrees_with_plain_attention_to_rounding(ch8):
 
 
 def test_the_measurements_are_stated_and_their_words_agree(ch8):
-    from coursebook import times_word
-    from lessons.kernel_timing import plan_split_k
-    from lessons.machine_facts import read_machine
+    """The split-K plan as the page states it (one thread per usable core, at most 8, and at least
+    2 chunks; a short context of 1,024 positions, a long one, and one read from main memory when it
+    fit), and the words of each measured ratio (one pass's time over the split's) against the ratio."""
     nb, g = ch8
     for key in MEASURED:
         value = float(str(g[key]).replace(",", ""))
         assert math.isfinite(value) and value > 0, key
-    plan = plan_split_k(read_machine())
-    assert g["ch8_workers"] == plan.workers and g["ch8_splits"] == plan.splits
-    assert g["ch8_positions"] == f"{plan.context('long').positions:,}" and g["ch8_contexts"] == len(plan.contexts)
-    speedup = float(g["ch8_long_speedup"])
-    assert g["ch8_split_word"].strip() == times_word(speedup) or speedup in (0.95, 1.05)  # glue rounds
+    workers = g["ch8_workers"]
+    assert 1 <= workers <= 8 and g["ch8_splits"] == max(2, workers)
+    memory_measured = g["ch8_memory_speedup"] != "not measured"
+    assert g["ch8_contexts"] == (3 if memory_measured else 2)
     found = g["ch8_split_found"]
-    if not plan.parallel:
+    if workers == 1:
         assert "one core only" in found
     else:
-        for c in plan.contexts:
-            assert f"over the {c.label} ({c.positions:,} positions" in found
-        assert ("context read from main memory" in found) == (plan.context("memory") is not None)
-    if plan.context("memory") is not None:
+        assert "over the short context (1,024 positions" in found
+        assert f"over the long context ({g['ch8_positions']} positions" in found
+        assert ("context read from main memory" in found) == memory_measured
+    assert_says_how_much_faster(g["ch8_split_word"].strip(), float(g["ch8_long_speedup"]), shown_ratio_decimals=2)
+    if memory_measured:
         memory = float(g["ch8_memory_speedup"])
         assert math.isfinite(memory) and memory > 0
-        assert ("it was " + times_word(memory)) in g["ch8_split_summary"] or memory in (0.95, 1.05)
-    else:
-        assert g["ch8_memory_speedup"] == "not measured"
+        said = re.search(r"it was (.+?) one pass", g["ch8_split_summary"])
+        assert said, g["ch8_split_summary"]
+        assert_says_how_much_faster(said[1], memory, shown_ratio_decimals=2)
     assert g["ch8_split_reading"].endswith(".")
     assert float(g["ch8_split_diff"]) < 1e-4                       # float32
     assert g["ch8_blas_held"].startswith(("before numpy was loaded", "but it reports"))
@@ -148,7 +147,7 @@ def test_the_committed_chapter_has_no_outputs_and_no_seed():
 
 
 def test_the_chapter_shows_no_answer_and_links_the_exercise(ch8):
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch8
     leaks = leaks_in_notebook(nb, "ch8")
     assert not leaks, describe(leaks)

@@ -15,7 +15,7 @@ import pytest
 
 from chapter_notebooks import (ROOT, answer_cell, chapter_path, errors, executed, figures, glue_references,
                                self_check_pairs)
-from graders.answer_leaks import leaks_in_notebook
+from coursetools.answer_leaks import leaks_in_notebook
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 CH9 = chapter_path("09_ga2_machine")
@@ -91,7 +91,7 @@ def test_ch9_shows_the_refusals_with_index_and_field(ch9):
 
 
 def test_the_chapter_shows_no_answer_but_links_its_exercise(ch9):
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch9
     leaks = leaks_in_notebook(nb, "ch9")
     assert not leaks, describe(leaks)

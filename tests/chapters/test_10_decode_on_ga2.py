@@ -15,7 +15,7 @@ import pytest
 
 from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, chapter_path, errors,
                                execute, executed, glue_references, glued, self_check_pairs)
-from graders.answer_leaks import leaks_in_notebook
+from coursetools.answer_leaks import leaks_in_notebook
 from public_checks import evaluate, run_checks
 
 sys.path.insert(0, str(ROOT / "tests" / "ga2"))
@@ -276,7 +276,7 @@ def test_ch10_softmax_typical_against_worst(ch10):
 
 
 def test_the_chapter_shows_no_answer_but_links_its_exercise(ch10):
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = ch10
     leaks = leaks_in_notebook(nb, "ch10")
     assert not leaks, describe(leaks)

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from chapter_notebooks import chapter_path, executed, figures, markdown
-from graders.answer_leaks import graded_functions, leaks_in_notebook
+from coursetools.answer_leaks import graded_functions, leaks_in_notebook
 
 CH11 = chapter_path("11_testing_the_tests")
 

@@ -10,7 +10,7 @@ import pytest
 
 from chapter_notebooks import (assert_glue_references_resolve, chapter_path, errors, executed, figures,
                                markdown)
-from graders.answer_leaks import leaks_in_notebook
+from coursetools.answer_leaks import leaks_in_notebook
 
 APPX = chapter_path("appendix_transformer")
 
@@ -59,7 +59,7 @@ def test_chapter_outputs_carry_no_stderr_and_no_warning(appx):
 
 def test_the_appendix_shows_no_answer(appx):
     """No graded function's source in the executed appendix (cells or outputs)."""
-    from graders.answer_leaks import describe, leaks_in_notebook
+    from coursetools.answer_leaks import describe, leaks_in_notebook
     nb, _ = appx
     leaks = leaks_in_notebook(nb, "appx")
     assert not leaks, describe(leaks)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ("causal_attention", "attend_step", "batched_decode_step")
+NAMES = ("causal_attention", "attend_step", "batched_decode_step", "latent_attend_step")
 
 
 def weights(scores):
@@ -85,3 +85,18 @@ def test_batched_decode_step_example(folder):
     for value in out[1][3]:
         assert f"{value:.4f}" in text
     assert re.search(r"3 /\\!/ 2 = 1", text)
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_latent_attend_step_example(folder):
+    """Each head's keys and values rebuilt from the latents by hand, then attended as usual."""
+    text, _, ns = example(folder, "latent_attend_step")
+    x, p, cache = ns["x_t"].tolist(), ns["p"], ns["cache"]
+    latents = [row[0] for row in cache["c"].tolist()] + [sum(x[i] * p["Wdkv"][i][0] for i in range(len(x)))]
+    q = [sum(x[i] * p["Wq"][i][j] for i in range(len(x))) for j in range(2)]
+    out = [attend([q[h]], [[c * p["Wuk"][0][h]] for c in latents], [[c * p["Wuv"][0][h]] for c in latents])[0]
+           for h in range(2)]
+    assert np.allclose(ns["expected_out"], out, atol=5e-5)
+    assert [row[0] for row in ns["expected_cache"]["c"].tolist()] == latents and len(cache["c"]) == 1
+    for value in (*out, *weights([1.0, 2.0]), *weights([-1.0, -2.0])):
+        assert f"{value:.4f}" in text, value

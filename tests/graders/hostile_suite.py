@@ -180,6 +180,10 @@ CASES = [
     ("huge_array.py", "softmax", {"ok"}, "too large", VALUE_TESTS, FAST),
     ("liar_programs.py", "attention_tail", {"ok"}, "attention_tail(", lambda name: "as it was" not in name, FAST),
     ("denied_syscalls.py", "time_per_token", {"ok"}, "off by a relative", TIME_VALUES, FAST),
+    # latent attention: a liar output and a cache that hides the keys and values it keeps; the
+    # patched comparisons of the process; a property test counts only with the right answer
+    ("latent_liar_cache.py", "latent_attend_step", {"ok"}, "it is a submission.LiarCache", ALL_TESTS, FAST),
+    ("latent_patch_numpy.py", "latent_attend_step", {"ok"}, "differs", ALL_TESTS, FAST),
 ]
 
 
@@ -264,6 +268,17 @@ def test_reading_or_importing_the_reference_answers_finds_nothing(isolation):
     result = grade_hostile("read_solutions.py", "softmax", isolation, limits=Limits(test_seconds=3, submission_seconds=20))
     assert_zero(result)
     assert "no reference answers visible" in result["tests"][0]["output"]
+
+
+def test_no_latent_attention_is_within_reach(isolation):
+    """The lessons' latent attention, the hidden tests' reference and the solution notebook: none
+    can be imported or read from the sandbox, and the attack that looks for them earns nothing."""
+    needs(isolation, "file_view")
+    result = grade_hostile("latent_reference.py", "latent_attend_step", isolation,
+                           limits=Limits(test_seconds=3, submission_seconds=30))
+    assert_zero(result)
+    assert "no latent attention within reach" in "\n".join(t["output"] for t in result["tests"])
+    assert_grading_goes_on(isolation)
 
 
 def test_deleting_files_outside_the_scratch_folder_fails(isolation, tmp_path):

@@ -123,7 +123,8 @@ def test_each_zip_has_gradescopes_layout_and_only_its_exercises_hidden_tests(zip
             assert hidden == ["graders/exercises/__init__.py", "graders/exercises/_scalar.py",
                               f"graders/exercises/{exercise}.py"]
             assert not any(n.split("/")[0] in ("solutions", "exercises", "tests", "kvcache", "coursebook",
-                                               "public_checks", "book") for n in names)
+                                               "public_checks", "book", "coursetools") for n in names)
+            assert "course/catalogue.py" in names          # what the grader knows of the exercises
             pins = archive.read("requirements.txt").decode().split()
             assert "numpy>=1.26,<3" in pins and set(pins) <= requirements
             setup = archive.read("setup.sh").decode()

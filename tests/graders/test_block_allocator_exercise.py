@@ -202,7 +202,7 @@ def _class_verdicts(source: str, names=CLASSES) -> list[tuple[str, bool]]:
     signatures (a body of ``...``, as a statement shows them)."""
     import ast
 
-    from graders.answer_leaks import is_starter
+    from coursetools.answer_leaks import is_starter
 
     def signature(fn) -> bool:
         body = fn.body[1:] if fn.body and isinstance(fn.body[0], ast.Expr) and \
@@ -247,7 +247,7 @@ def class_leaks(path) -> list[str]:
     import re
     from pathlib import Path
 
-    from graders.answer_leaks import _FENCE, _output_texts, _PreBlocks
+    from coursetools.answer_leaks import _FENCE, _output_texts, _PreBlocks
     path = Path(path)
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     leaks = []
@@ -295,10 +295,10 @@ def test_the_class_scanner_tells_a_starter_from_an_implementation():
 
 
 def test_no_copy_a_learner_reads_holds_the_allocator_and_the_engine_and_solution_do(tmp_path):
-    """What graders.answer_leaks does for graded functions, for the graded class: nothing a learner
+    """What coursetools.answer_leaks does for graded functions, for the graded class: nothing a learner
     reads (the exercises, the public checks, the chapters, the helpers, and the release with the
     built site in it when it has been built) implements it; the solution and the engine do."""
-    from graders.release import make_release
+    from coursetools.release import make_release
     for folder in ("exercises", "public_checks", "book", "coursebook"):
         assert class_leaks(ROOT / folder) == [], folder
     assert class_leaks(ROOT / "solutions" / "BlockAllocator.ipynb")

@@ -64,7 +64,8 @@ def test_the_batched_reference_agrees_with_the_engine():
 
 
 def test_the_reorder_reference_agrees_with_the_engine():
-    from kvcache.cache import new_cache, reorder_cache
+    from kvcache.cache import reorder_cache
+    from kvcache.layouts import new_cache
     rng = np.random.default_rng(1)
     for _ in range(20):
         n_layers, B, G, T, d = (int(v) for v in rng.integers(1, 5, size=5))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from graders import Limits, check_file, grading, registry
-from graders.answer_leaks import find_leaks
+from coursetools.answer_leaks import find_leaks
 from graders.job import run_files, test_cases as encoded_cases
 from graders.sandbox import Sandbox
 

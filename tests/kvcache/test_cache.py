@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kvcache.cache import CACHE_KINDS, CacheFullError, ContiguousLayerCache, KVCache, new_cache
+from kvcache.cache import CacheFullError, ContiguousLayerCache, KVCache
+from kvcache.layouts import CACHE_KINDS, new_cache
 from kvcache.cache_dtypes import cache_dtype, dequantize_rows, quantize_rows
 from kvcache.model import Model
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kvcache.cache import CacheFullError, ContiguousLayerCache, new_cache
+from kvcache.cache import CacheFullError, ContiguousLayerCache
+from kvcache.layouts import new_cache
 from kvcache.model import Model
 from kvcache.paged import OutOfBlocks, PagedKVCache, PagedLayerCache, blocks_for
 

@@ -13,7 +13,8 @@ import inspect
 import numpy as np
 import pytest
 
-from kvcache.cache import ContiguousLayerCache, LayerCache, StepPlan, new_cache
+from kvcache.cache import ContiguousLayerCache, LayerCache, StepPlan
+from kvcache.layouts import new_cache
 from kvcache.paged import PagedKVCache, PagedLayerCache
 from kvcache.plan import plan_step
 

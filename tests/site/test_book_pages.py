@@ -2,7 +2,7 @@
 
 * no answer: no code block of any page, and no file of the site a learner can download (the
   notebooks under ``_sources``), holds an implementation of a graded function
-  (``graders.answer_leaks``, driven by the grader's registry);
+  (``coursetools.answer_leaks``, driven by the grader's registry);
 * no page speaks of "the seed": readers never saw the course's source documents;
 * the visible code of every chapter teaches: the share of its lines that are glue or plot
   plumbing stays small, cells that only glue are hidden, and no chapter redefines a helper that
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import coursebook
-from graders.answer_leaks import describe, find_leaks
+from coursetools.answer_leaks import describe, find_leaks
 
 from test_every_page import ROOT, site_pages, toc_docnames
 

@@ -74,6 +74,22 @@ def test_attend_step_data_agrees_with_the_engine():
     assert close(out, case["expected"])
 
 
+def test_latent_attend_step_data_agrees_with_the_lessons():
+    from lessons.latent_attention import empty_latent_cache, latent_attend_step
+    d = data("latent_attend_step")
+    for key in ("worked_example", "random", "one_head"):
+        case = d[key]
+        p = {k: np.array(v) for k, v in case["p"].items()}
+        cache, outs = empty_latent_cache(p["Wdkv"].shape[1]), []
+        for x_t in np.array(case["X"]):
+            out, cache = latent_attend_step(x_t, cache, p, case["n_heads"])
+            outs.append(out)
+        assert close(outs, case["expected"]) and close(cache["c"], case["latents"])
+        if key != "worked_example":             # d = r = 1 there: every scaling is the same
+            for wrong in case["mistakes"].values():
+                assert not close(wrong, case["expected"])
+
+
 ENGINE = {"kv_cache_bytes": memory.kv_cache_bytes, "max_batch": memory.max_batch,
           "arithmetic_intensity": roofline.arithmetic_intensity, "time_per_token": roofline.time_per_token,
           "prefill_time": roofline.prefill_time}

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from graders.release import make_release
+from coursetools.release import make_release
 
-from grader_helpers import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 RUNNER = r'''
 import json, re, sys

@@ -2,14 +2,17 @@
 import json
 import shutil
 import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from graders.answer_leaks import describe, find_leaks, graded_functions
-from graders.release import ReleaseError, make_release
+from coursetools.answer_leaks import describe, find_leaks, graded_functions
+from coursetools.release import ReleaseError, make_release
 
-from grader_helpers import PYTHON, ROOT
+PYTHON = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
@@ -40,9 +43,11 @@ def test_the_release_has_exercises_and_checks_and_nothing_secret(tmp_path):
     assert not leaks, describe(leaks)
     assert (out / "kvcache" / "model.py").exists() and (out / "coursebook" / "__init__.py").exists()
     assert not (out / "tools").exists() and not (out / "bench").exists() and not (out / "tests").exists()
-    # public_checks and answers, then what the exercises, the chapters and the checks import: ga2
-    # (the GA-2 exercises run its machine and builder), the engine and the chapters' helpers
-    assert "packages: public_checks, answers, coursebook, ga2, kvcache, lessons\n" in proc.stdout + "\n"
+    # public_checks and answers, then what the exercises, the chapters and the checks import: the
+    # catalogue of the exercises (course), ga2 (the GA-2 exercises run its machine and builder),
+    # the engine and the chapters' helpers; never the build tools
+    assert "packages: public_checks, answers, course, coursebook, ga2, kvcache, lessons\n" in proc.stdout + "\n"
+    assert not (out / "coursetools").exists()
     assert "lessons.attention: attend_step, causal_attention, softmax made starters" in proc.stdout
     # the machine the GA-2 exercises program, without what implements their answers
     assert (out / "ga2" / "machine.py").exists() and not (out / "ga2" / "rtl").exists()
@@ -243,8 +248,8 @@ def test_the_released_machine_refuses_until_the_learners_parts_are_installed(tmp
 
 
 def test_a_counterpart_becomes_a_starter_that_names_its_exercise():
-    from graders.answer_leaks import Counterpart, leaks_in_source
-    from graders.release import starter_source
+    from coursetools.answer_leaks import Counterpart, leaks_in_source
+    from coursetools.release import starter_source
     source = textwrap.dedent('''\
         import functools
 
@@ -276,8 +281,8 @@ def test_a_counterpart_becomes_a_starter_that_names_its_exercise():
 def test_the_release_check_refuses_a_counterpart_left_in(tmp_path, monkeypatch):
     """Were the counterparts not stripped, the release's own check would stop it: an engine's
     implementation of an answer, and a module that implements one (the circuit, the mutants)."""
-    import graders.release as release
-    from graders.answer_leaks import counterparts
+    import coursetools.release as release
+    from coursetools.answer_leaks import counterparts
     strip = release._strip_counterparts
     monkeypatch.setattr(release, "_strip_counterparts", lambda tmp, package: [])
     graded = release._strip_graded               # (which makes the engines' graded bodies starters too)
@@ -424,7 +429,7 @@ def test_the_learners_answers_run_in_the_copys_engine(release, tmp_path):
 
 
 def test_a_page_of_the_site_is_worded_for_the_class():
-    from graders.release import word_page_for_the_class
+    from coursetools.release import word_page_for_the_class
     from public_checks import handing_in
     page = ('<main><p>Grading.</p><div class="grading-in-this-copy docutils container">\n<p>From the course\'s '
             'folder</p><div class="highlight-console"><div class="highlight"><pre>$ python -m graders grade x'

@@ -16,8 +16,8 @@ statement of an exercise shows it) defines nothing and is allowed too.  Text tha
 as Python is read line by line: each ``def NAME(`` there is cut out with the lines indented
 under it and judged the same way; one that cannot be read at all counts as a leak.
 
-The graded names come from the grader's registry (``graders.registry``), so a new exercise is
-covered the day it is registered.  So do the names of the engine's own implementations of an
+The graded names come from the course's catalogue (``course.catalogue``), so a new exercise is
+covered the day it is listed there.  So do the names of the engine's own implementations of an
 answer, the exercise's ``counterparts`` (``"ga2.quant:requant"``: the requantizer the machine
 runs is the ``requant`` exercise): ``protected_names()`` is both, and the default of every
 function here.  ``find_leaks(path)`` is the one call the tests and the release make.
@@ -33,8 +33,11 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
-__all__ = ["Leak", "graded_functions", "Counterpart", "counterparts", "protected_names", "leaks_in_source", "leaks_in_text", "leaks_in_notebook",
-           "leaks_in_html", "find_leaks", "describe"]
+from course.catalogue import Counterpart, counterparts, graded_functions, protected_names
+from course.notebooks import cell_source, is_starter, joined, without_magics
+
+__all__ = ["Leak", "graded_functions", "Counterpart", "counterparts", "protected_names", "is_starter",
+           "leaks_in_source", "leaks_in_text", "leaks_in_notebook", "leaks_in_html", "find_leaks", "describe"]
 
 
 @dataclass(frozen=True)
@@ -48,82 +51,7 @@ class Leak:
         return f"{self.file}: {self.where}: {self.name}: {self.reason}"
 
 
-def graded_functions() -> frozenset[str]:
-    """Every function name an exercise of the grader's registry grades."""
-    from . import registry
-    return frozenset(fn for name in registry.names() for fn in registry.get(name).functions)
-
-
-@dataclass(frozen=True)
-class Counterpart:
-    """What in the course's packages implements an exercise's answer.
-
-    ``module`` is a dotted module name; ``qualname`` the function in it (``"requant"``,
-    ``"Class.method"``), or "" when the whole module (or sub-package) is the counterpart.
-    """
-
-    exercise: str
-    chapter: int
-    module: str
-    qualname: str = ""
-
-    @property
-    def name(self) -> str:
-        """The function's own name (the last part of ``qualname``), "" for a module."""
-        return self.qualname.rsplit(".", 1)[-1]
-
-    @property
-    def spec(self) -> str:
-        return f"{self.module}:{self.qualname}" if self.qualname else self.module
-
-    def covers_module(self, module: str) -> bool:
-        """A module counterpart covers its module and everything below it."""
-        return not self.qualname and (module == self.module or module.startswith(self.module + "."))
-
-    @classmethod
-    def parse(cls, spec: str, exercise: str, chapter: int) -> "Counterpart":
-        module, _, qualname = spec.partition(":")
-        parts = module.split(".") + (qualname.split(".") if qualname else [])
-        if not module or not all(p.isidentifier() for p in parts) or spec.count(":") > 1 or spec.endswith(":"):
-            raise ValueError(f"exercise {exercise}: counterpart {spec!r} is not 'package.module' "
-                             "or 'package.module:function'")
-        return cls(exercise, chapter, module, qualname)
-
-
-def counterparts() -> tuple[Counterpart, ...]:
-    """Every exercise's counterparts, as the registry declares them."""
-    from . import registry
-    found = []
-    for name in registry.names():
-        exercise = registry.get(name)
-        found += [Counterpart.parse(spec, name, exercise.chapter) for spec in exercise.counterparts]
-    return tuple(found)
-
-
-def protected_names() -> frozenset[str]:
-    """The graded functions and the engine's implementations of them (function counterparts):
-    the names whose definitions must be starters wherever a learner reads them."""
-    return graded_functions() | {c.name for c in counterparts() if c.qualname}
-
-
 # ---------------------------------------------------------------- Python source
-
-
-def _is_docstring(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
-
-
-def _raises_not_implemented(node: ast.stmt) -> bool:
-    if not isinstance(node, ast.Raise) or node.exc is None:
-        return False
-    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
-
-
-def is_starter(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """The body is one ``raise NotImplementedError(...)``, after an optional docstring."""
-    body = fn.body[1:] if fn.body and _is_docstring(fn.body[0]) else fn.body
-    return len(body) == 1 and _raises_not_implemented(body[0])
 
 
 def _definitions(tree: ast.AST, names: frozenset[str]):
@@ -138,16 +66,11 @@ def _definitions(tree: ast.AST, names: frozenset[str]):
                     yield target.id, node.lineno, False
 
 
-def _strip_magics(source: str) -> str:
-    """IPython lines (``%timeit``, ``!ls``) as blank lines, so the rest parses as Python."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
-
-
 def leaks_in_source(source: str, file: str, where: str = "", names: frozenset[str] | None = None) -> list[Leak]:
     """Leaks in a piece of Python (a module, a code cell)."""
     names = protected_names() if names is None else names
     try:
-        tree = ast.parse(_strip_magics(source))
+        tree = ast.parse(without_magics(source))
     except SyntaxError:
         return leaks_in_text(source, file, where, names)
     prefix = f"{where}, " if where else ""
@@ -220,11 +143,10 @@ def _output_texts(cell: dict):
         if not isinstance(out, dict):
             continue
         if "text" in out:
-            text = out["text"]
-            yield "".join(text) if isinstance(text, list) else str(text)
+            yield joined(out["text"])
         for mime, value in (out.get("data") or {}).items():
             if mime.startswith("text/"):
-                yield "".join(value) if isinstance(value, list) else str(value)
+                yield joined(value)
 
 
 def leaks_in_notebook(nb: dict, file: str, names: frozenset[str] | None = None) -> list[Leak]:
@@ -234,8 +156,7 @@ def leaks_in_notebook(nb: dict, file: str, names: frozenset[str] | None = None) 
     for number, cell in enumerate(nb.get("cells", []) or []):
         if not isinstance(cell, dict):
             continue
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
+        source = cell_source(cell)
         if cell.get("cell_type") == "code":
             leaks += leaks_in_source(source, file, f"cell {number}", names)
         elif cell.get("cell_type") == "markdown":

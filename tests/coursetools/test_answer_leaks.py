@@ -1,7 +1,7 @@
-"""graders.answer_leaks: a definition of a graded function anywhere a learner reads it must be a
-starter.  The graded names come from the grader's registry, so a new exercise is covered the day
-it is registered; the built site and the release are scanned by tests/site and
-tests/graders/test_release.py with the same function."""
+"""coursetools.answer_leaks: a definition of a graded function anywhere a learner reads it must be a
+starter.  The graded names come from the course's catalogue, so a new exercise is covered the day
+it is listed there; the built site and the release are scanned by tests/site and
+tests/coursetools/test_release.py with the same function."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from course import catalogue
+from coursetools.answer_leaks import (counterparts, find_leaks, graded_functions, leaks_in_html,
+                                      leaks_in_notebook, leaks_in_source, leaks_in_text, protected_names)
 from graders import registry
-from graders.answer_leaks import (Counterpart, counterparts, find_leaks, graded_functions, leaks_in_html,
-                                  leaks_in_notebook, leaks_in_source, leaks_in_text, protected_names)
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = frozenset({"softmax", "attend_step"})
@@ -135,23 +136,10 @@ def test_every_counterpart_exists_where_it_is_declared():
     assert protected_names() == graded_functions() | {c.name for c in parts if c.qualname}
 
 
-def test_counterparts_are_parsed_strictly():
-    assert Counterpart.parse("ga2.quant:requant", "requant", 9).name == "requant"
-    assert Counterpart.parse("pkg.mod:Class.method", "x", 1).name == "method"
-    module = Counterpart.parse("ga2.rtl", "requant", 9)
-    assert module.covers_module("ga2.rtl.circuit") and module.covers_module("ga2.rtl")
-    assert not module.covers_module("ga2.rtlx") and not module.qualname
-    for bad in ("", "ga2.quant:", "ga2:quant:requant", "ga2.quant:re-quant", "2ga.quant"):
-        with pytest.raises(ValueError, match="counterpart"):
-            Counterpart.parse(bad, "x", 1)
-
-
 def test_a_counterpart_with_another_name_is_a_leak_too(monkeypatch):
     """An engine function that implements an answer under its own name is guarded by that name."""
-    fake = registry.Exercise("fake", 9, ("answer_fn",), lambda: [], counterparts=("engine.kernel:helper_impl",))
-    real_get, real_names = registry.get, registry.names
-    monkeypatch.setattr(registry, "names", lambda: real_names() + ("fake",))
-    monkeypatch.setattr(registry, "get", lambda name: fake if name == "fake" else real_get(name))
+    fake = catalogue.Entry("fake", 9, "A fake", ("answer_fn",), counterparts=("engine.kernel:helper_impl",))
+    monkeypatch.setattr(catalogue, "EXERCISES", catalogue.EXERCISES + (fake,))
     assert {"answer_fn", "helper_impl"} <= protected_names()
     assert [leak.name for leak in leaks_in_source("def helper_impl(x):\n    return x\n", "k.py")] == ["helper_impl"]
     assert leaks_in_source("def helper_impl(x):\n    raise NotImplementedError\n", "k.py") == []

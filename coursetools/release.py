@@ -22,7 +22,7 @@
 
 Never ``solutions/``, never ``graders/`` (the hidden tests and the grader).  The copy is
 checked after it is made: no such folder, no file identical to one of theirs, and no
-implementation of a function an exercise grades anywhere in it (``graders.answer_leaks``: every
+implementation of a function an exercise grades anywhere in it (``coursetools.answer_leaks``: every
 Python file, every notebook cell and output, every page of the site; a definition of a graded
 function must be a starter that raises ``NotImplementedError``), or the release fails.  A
 package that an exercise imports and that implements an answer (the engine, say) therefore stops
@@ -38,15 +38,20 @@ import os
 import re
 import shutil
 import tempfile
-import textwrap
 from pathlib import Path
 
-from .answer_leaks import Counterpart, counterparts, describe, find_leaks, is_starter
+from course import catalogue
+from course.catalogue import Counterpart, counterparts
+from course.notebooks import answer_cells, cell_source, code_cells, is_starter, without_magics
+from course.starters import NoSuchFunction, find_function
+from course.starters import starter_source as _starter_source
+
+from .answer_leaks import describe, find_leaks
 
 __all__ = ["ReleaseError", "make_release", "starter_source"]
 
 MARKER = ".kvcourse-release"
-NEVER = ("solutions", "graders")          # folders never shipped
+NEVER = ("solutions", "graders", "coursetools")          # folders never shipped
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".hypothesis"}
 
 
@@ -62,21 +67,9 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _code_cells(nb: dict):
-    for cell in nb.get("cells", []):
-        if isinstance(cell, dict) and cell.get("cell_type") == "code":
-            src = cell.get("source", "")
-            yield cell, ("".join(src) if isinstance(src, list) else str(src))
-
-
-def _answer_cells(nb: dict) -> list[str]:
-    return [src for cell, src in _code_cells(nb)
-            if "answer" in (cell.get("metadata", {}) or {}).get("tags", [])]
-
-
 def _imports(source: str) -> set[str]:
     try:
-        tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+        tree = ast.parse(without_magics(source))
     except SyntaxError:
         return set()
     names = set()
@@ -102,7 +95,7 @@ def make_release(out: Path, root: Path | None = None) -> list[str]:
         out = (Path.cwd() / out)
     out = out.resolve()
     if out == root or out in root.parents or any(out == root / d or (root / d) in out.parents
-                                                  for d in ("exercises", "solutions", "graders", "book",
+                                                  for d in ("exercises", "solutions", "graders", "coursetools", "course", "book",
                                                             "public_checks", "kvcache", "lessons", "coursebook",
                                                             "answers", "ga2", "tests")):
         raise ReleaseError(f"refusing to write the release into {out}: it overlaps the course's sources")
@@ -152,11 +145,11 @@ def _copy_exercises(root: Path, tmp: Path, report: list[str]) -> set[str]:
             nb = json.loads(path.read_text(encoding="utf-8"))
         except ValueError as err:
             raise ReleaseError(f"{path} is not valid JSON: {err}") from None
-        answers = _answer_cells(nb)
+        answers = answer_cells(nb)
         solution = root / "solutions" / path.name
         if solution.exists():
             try:
-                reference = _answer_cells(json.loads(solution.read_text(encoding="utf-8")))
+                reference = answer_cells(json.loads(solution.read_text(encoding="utf-8")))
             except ValueError:
                 reference = []
             for src in answers:
@@ -165,7 +158,7 @@ def _copy_exercises(root: Path, tmp: Path, report: list[str]) -> set[str]:
                                        f"solutions/{path.name}; refusing to release a solution")
         if answers and not any("NotImplementedError" in src for src in answers):
             report.append(f"warning: exercises/{path.name}: the answer cell does not raise NotImplementedError")
-        for cell, src in _code_cells(nb):
+        for cell, src in code_cells(nb):
             cell["outputs"] = []
             cell["execution_count"] = None
             imports |= _imports(src)
@@ -232,7 +225,7 @@ def _third_party_imports(tmp: Path) -> set[str]:
             nb = json.loads(path.read_text(encoding="utf-8"))
         except ValueError:
             continue
-        for _, src in _code_cells(nb):
+        for _, src in code_cells(nb):
             names |= _imports(src)
     return {n.lower().replace("-", "_") for n in names}
 
@@ -295,18 +288,6 @@ def _module_path(tmp: Path, module: str) -> Path | None:
     return base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
 
 
-def _find_function(tree: ast.Module, qualname: str):
-    """The (async) function definition at ``qualname`` ("f", "Class.method") in a module's tree."""
-    scope, node = tree.body, None
-    for part in qualname.split("."):
-        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                     and n.name == part), None)
-        if node is None:
-            return None
-        scope = node.body
-    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
-
-
 def _offers_install(tmp: Path, package: str) -> bool:
     """The package has an ``install`` at its top (``ga2.install``): the way a learner plugs an answer in."""
     init = tmp / package / "__init__.py"
@@ -320,33 +301,11 @@ def _offers_install(tmp: Path, package: str) -> bool:
 
 
 def starter_source(source: str, part: Counterpart, install_hint: str = "") -> str:
-    """``source`` with the function ``part.qualname`` turned into a starter: the same signature and
-    decorators, the first paragraph of its docstring, which exercise builds it, and one
-    ``raise NotImplementedError``."""
-    tree = ast.parse(source)
-    fn = _find_function(tree, part.qualname)
-    if fn is None:
-        raise ReleaseError(f"counterpart {part.spec} (exercise {part.exercise}): no function {part.qualname} in "
-                           f"{part.module}")
-    doc = (ast.get_docstring(fn) or "").split("\n\n")[0].strip()
-    told = (f"{part.module}.{part.qualname} is the exercise {part.exercise} of chapter {part.chapter}: write it "
-            f"in exercises/{part.exercise}.ipynb{install_hint}.")
-    fields = {"name": fn.name, "args": fn.args, "body": [ast.Expr(ast.Constant(...))],
-              "decorator_list": fn.decorator_list, "returns": fn.returns, "type_comment": None,
-              "type_params": getattr(fn, "type_params", [])}
-    signature = ast.unparse(ast.fix_missing_locations(type(fn)(**{f: fields[f] for f in type(fn)._fields if f in fields})))
-    signature = signature.rsplit("\n", 1)[0]                       # the decorators and the def line
-    told_lines = textwrap.wrap(told, 88, break_on_hyphens=False)
-    told_lines0 = textwrap.wrap(told, 76, break_on_hyphens=False)
-    docstring = [f'    """{doc}' if doc else f'    """{told_lines.pop(0)}'] + ([""] if doc else [])
-    docstring += [f"    {line}".rstrip() for line in told_lines] + ['    """']
-    message = [f"        {line + ' ' if k < len(told_lines0) - 1 else line!r}"
-               for k, line in enumerate(told_lines0)]
-    text = "\n".join([signature] + docstring + ["    raise NotImplementedError("] + message + ["    )"])
-    text = textwrap.indent(text, " " * fn.col_offset)
-    lines = source.splitlines(keepends=True)
-    first = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
-    return "".join(lines[:first - 1]) + text + "\n" + "".join(lines[fn.end_lineno:])
+    """``course.starters.starter_source``, a missing function a ``ReleaseError``."""
+    try:
+        return _starter_source(source, part, install_hint)
+    except NoSuchFunction as err:
+        raise ReleaseError(str(err)) from None
 
 
 def _strip_counterparts(tmp: Path, package: str) -> list[str]:
@@ -373,9 +332,8 @@ def _strip_counterparts(tmp: Path, package: str) -> list[str]:
 
 
 def _graded_exercises() -> dict[str, tuple[str, int]]:
-    """{graded name: (its exercise, the exercise's chapter)} from the registry."""
-    from . import registry
-    return {fn: (name, registry.get(name).chapter) for name in registry.names() for fn in registry.get(name).functions}
+    """{graded name: (its exercise, the exercise's chapter)} from the catalogue."""
+    return {fn: (entry.name, entry.chapter) for entry in catalogue.EXERCISES for fn in entry.functions}
 
 
 def _graded_definitions(tree: ast.Module, graded: set[str]) -> list[str]:
@@ -432,7 +390,7 @@ def _left_out_modules() -> list[str]:
 def _imported_modules(source: str) -> set[str]:
     """Every dotted module a cell imports (``from ga2 import mutants`` counts ``ga2.mutants``)."""
     try:
-        tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+        tree = ast.parse(without_magics(source))
     except SyntaxError:
         return set()
     found = set()
@@ -448,7 +406,7 @@ def _imported_modules(source: str) -> set[str]:
 def _names_used(source: str) -> set[str]:
     """The names a cell uses as values (names, imported names, methods called), not module paths."""
     try:
-        tree = ast.parse("\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!"))))
+        tree = ast.parse(without_magics(source))
     except SyntaxError:
         return set()
     used = set()
@@ -471,7 +429,7 @@ def _cell(cell_type: str, source: str, tags: tuple = ()) -> dict:
 
 def _parse_cell(source: str):
     try:
-        return ast.parse("\n".join("" if l.lstrip().startswith(("%", "!")) else l for l in source.splitlines()))
+        return ast.parse(without_magics(source))
     except SyntaxError:
         return None
 
@@ -527,7 +485,7 @@ def _without_left_out(nb: dict, left_out: list[str], page: str) -> list[str]:
             cells.append(cell)
             previous_raw = False
             continue
-        source = "".join(cell["source"]) if isinstance(cell["source"], list) else str(cell["source"])
+        source = cell_source(cell)
         tree = _parse_cell(source)
         if tree is None:
             cells.append(cell)
@@ -575,11 +533,11 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     to_read = []
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
-        for cell, _ in _code_cells(nb):
+        for cell, _ in code_cells(nb):
             cell["outputs"], cell["execution_count"] = [], None
         if _without_left_out(nb, left_out, f"site/book/chapters/{path.stem}.html"):
             to_read.append(path.name)
-        sources = [src for _, src in _code_cells(nb)]
+        sources = [src for _, src in code_cells(nb)]
         imports |= set().union(*map(_imports, sources)) if sources else set()
         uses = {n: graded[n][0] for n in set().union(*map(_names_used, sources)) if n in graded} if sources else {}
         if uses:
@@ -634,7 +592,7 @@ def _word_for_the_class(tmp: Path, report: list[str]) -> None:
         for cell in nb["cells"]:
             if cell.get("cell_type") != "markdown":
                 continue
-            src = "".join(cell["source"]) if isinstance(cell["source"], list) else str(cell["source"])
+            src = cell_source(cell)
             if old in src:
                 count += src.count(old)
                 cell["source"] = src.replace(old, new)
@@ -700,7 +658,7 @@ def _word_notebook_file(path: Path, names: list[str], handing_in) -> int:
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "markdown":
             continue
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else str(cell["source"])
+        src = cell_source(cell)
         for name in names:
             old = handing_in.statement(name, "repository")
             if old in src:
@@ -787,8 +745,7 @@ def notebook_links(path: Path) -> list[str]:
     """The relative links of a notebook's Markdown cells or a Markdown file (no URL, no anchor)."""
     if path.suffix == ".ipynb":
         nb = json.loads(path.read_text(encoding="utf-8"))
-        texts = ["".join(c["source"]) if isinstance(c["source"], list) else str(c["source"])
-                 for c in nb.get("cells", []) if c.get("cell_type") == "markdown"]
+        texts = [cell_source(c) for c in nb.get("cells", []) if c.get("cell_type") == "markdown"]
     else:
         texts = [path.read_text(encoding="utf-8")]
     links = []
@@ -893,7 +850,7 @@ def _verify(root: Path, tmp: Path) -> None:
         if not part.qualname:
             raise ReleaseError(f"the release would contain {part.module}, which implements the answer of "
                                f"{part.exercise}")
-        fn = _find_function(ast.parse(path.read_text(encoding="utf-8")), part.qualname) if path.is_file() else None
+        fn = find_function(ast.parse(path.read_text(encoding="utf-8")), part.qualname) if path.is_file() else None
         if fn is not None and not is_starter(fn):
             raise ReleaseError(f"the release would contain {part.spec}, the implementation of {part.exercise}")
     leaks = find_leaks(tmp)

@@ -1,0 +1,40 @@
+"""The cache layouts by name: what ``cache=`` chooses (``Model.new_cache``, ``generate.greedy``).
+
+    contiguous   ``kvcache.cache.contiguous_cache``: one preallocated buffer pair per layer
+    paged        ``kvcache.paged.paged_cache``: fixed-size blocks from one pool, with block tables
+
+A layout is a factory ``factory(n_layers, batch, kv_heads, head_dim, max_len, dtype, compute_dtype,
+capacity, **options) -> KVCache``; another is added with ``register_cache(name)``.  The table lives
+here, above the layouts, so that no layout imports another.
+"""
+from __future__ import annotations
+
+import inspect
+
+from .cache import KVCache, contiguous_cache
+from .paged import paged_cache
+
+__all__ = ["CACHE_KINDS", "register_cache", "new_cache"]
+
+CACHE_KINDS: dict = {"contiguous": contiguous_cache, "paged": paged_cache}
+
+
+def register_cache(name: str):
+    """Register ``factory(n_layers, batch, kv_heads, head_dim, max_len, dtype, compute_dtype,
+    capacity, **options) -> KVCache`` under ``name`` (the ``cache=`` argument of generation)."""
+    def decorate(factory):
+        CACHE_KINDS[name] = factory
+        return factory
+    return decorate
+
+
+def new_cache(kind: str, **kwargs) -> KVCache:
+    """The cache layout called ``kind`` (see CACHE_KINDS), built with ``kwargs``."""
+    if not isinstance(kind, str) or kind not in CACHE_KINDS:
+        raise ValueError(f"no cache layout {kind!r}: the layouts are {', '.join(sorted(CACHE_KINDS))}")
+    factory = CACHE_KINDS[kind]
+    accepted = inspect.signature(factory).parameters
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+        raise TypeError(f"cache layout {kind!r} takes no option {', '.join(map(repr, unknown))}")
+    return factory(**kwargs)
