@@ -183,10 +183,13 @@ def generate_command(args, show=None) -> dict:
     model, tokenizer = _model_and_tokenizer(args)
     prompts = _prompts(args, tokenizer)
     eos = _eos(args.eos, model)
-    if args.prompt_lookup is not None and args.beams != 1:
-        raise ValueError("--prompt-lookup drafts for greedy decoding: it does not combine with --beams")
     if args.prompt_lookup is not None:
         return _prompt_lookup_command(args, model, tokenizer, prompts, eos)
+    return _decode_command(args, show, model, tokenizer, prompts, eos)
+
+
+def _decode_command(args, show, model, tokenizer, prompts, eos) -> dict:
+    """``generate`` by greedy decoding or beam search, timed from its traces."""
     streaming = show is not None and tokenizer is not None and args.beams == 1 and len(prompts) == 1 \
         and bool(args.prompt)
     start = time.perf_counter()
@@ -215,6 +218,8 @@ def generate_command(args, show=None) -> dict:
 
 def _prompt_lookup_command(args, model, tokenizer, prompts, eos) -> dict:
     """``generate --prompt-lookup K``: speculative greedy decoding, with its counts."""
+    if args.beams != 1:
+        raise ValueError("--prompt-lookup drafts for greedy decoding: it does not combine with --beams")
     lookup: dict = {}
     start = time.perf_counter()
     outputs = speculative_greedy(model, prompts, args.max_new_tokens, eos, args.cache,

@@ -150,6 +150,31 @@ def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = 
     return out
 
 
+class _Backoff:
+    """When each sequence drafts: after a wholly rejected draft it skips the next s steps, s
+    doubling (1, 2, 4, ..) up to ``max_skip`` while rejections follow one another, and back to
+    drafting at every step once a draft has a token accepted."""
+
+    def __init__(self, n: int, max_skip: int):
+        self.max_skip = max_skip
+        self.skip = [0] * n             # steps each sequence still waits before drafting again
+        self.wait = [0] * n             # the wait after its next wholly rejected draft
+
+    def drafts(self, seq: int) -> bool:
+        """Whether sequence ``seq`` drafts at this step (a skipped step is counted off)."""
+        if self.skip[seq]:
+            self.skip[seq] -= 1
+            return False
+        return True
+
+    def update(self, seq: int, proposed: int, accepted: int) -> None:
+        if proposed and not accepted:
+            self.wait[seq] = min(2 * self.wait[seq] or 1, self.max_skip)
+            self.skip[seq] = self.wait[seq]
+        elif accepted:
+            self.wait[seq] = 0
+
+
 def _decode(model, kv, arrays, out, max_new_tokens, eos, num_draft_tokens, max_ngram, max_skip, counters,
             after_rollback) -> None:
     """The loop of ``greedy``: ``out`` receives every sequence's tokens; ``counters`` the counts."""
@@ -159,8 +184,7 @@ def _decode(model, kv, arrays, out, max_new_tokens, eos, num_draft_tokens, max_n
     counters["prefill_seconds"] = time.perf_counter() - start
     sequences = [list(a.tolist()) for a in arrays]                      # prompt + reply, per sequence
     alive = list(range(len(arrays)))                                    # original index of each row
-    skip = [0] * len(arrays)            # steps each sequence still waits before drafting again
-    backoff = [0] * len(arrays)         # the wait after its next wholly rejected draft
+    backoff = _Backoff(len(arrays), max_skip)
     emitted = [[int(t)] for t in np.argmax(logits, axis=-1)]            # each row's new tokens this pass
     while True:
         # record the pass's tokens; a sequence ends at EOS or at max_new_tokens
@@ -177,38 +201,35 @@ def _decode(model, kv, arrays, out, max_new_tokens, eos, num_draft_tokens, max_n
             kv.select(keep)                       # finished sequences leave the batch and its compute
             alive = [alive[r] for r in keep]
         # draft, verify every draft in one ragged pass, keep the agreeing prefixes
-        drafts = []
-        for seq in alive:
-            if skip[seq]:
-                skip[seq] -= 1
-                drafts.append(np.zeros(0, np.int64))
-            else:
-                drafts.append(_draft(np.asarray(sequences[seq], np.int64), max_new_tokens - len(out[seq]) - 1,
-                                     num_draft_tokens, max_ngram, eos))
-        tokens = np.concatenate([[sequences[seq][-1], *d] for seq, d in zip(alive, drafts)]).astype(np.int64)
-        counts = np.array([1 + len(d) for d in drafts], np.int64)
-        starts = np.asarray(kv.lengths).copy()
-        predicted = np.argmax(model.forward(tokens, counts, kv, every_token=True), axis=-1)    # (N,)
-        counters["forward_passes"] += 1
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        emitted, kept = [], []
-        for row, d in enumerate(drafts):
-            p = predicted[offsets[row]: offsets[row + 1]]                # (1 + k,)
-            a = accepted_prefix(d, p)
-            emitted.append([int(t) for t in d[:a]] + [int(p[a])])
-            kept.append(starts[row] + 1 + a)                             # t and the accepted draft
-            counters["proposed"] += len(d)
-            counters["accepted"] += a
-            seq = alive[row]
-            if len(d) and a == 0:                                        # wholly rejected: back off
-                backoff[seq] = min(2 * backoff[seq] or 1, max_skip)
-                skip[seq] = backoff[seq]
-            elif a:
-                backoff[seq] = 0
-        if int(counts.sum()) > len(counts):                              # some row verified a draft
+        drafts = [_draft(np.asarray(sequences[seq], np.int64), max_new_tokens - len(out[seq]) - 1,
+                         num_draft_tokens if backoff.drafts(seq) else 0, max_ngram, eos) for seq in alive]
+        emitted, kept = _verify(model, kv, [sequences[seq][-1] for seq in alive], drafts, counters)
+        for seq, d, e in zip(alive, drafts, emitted):
+            backoff.update(seq, len(d), len(e) - 1)
+        if sum(map(len, drafts)):                                        # some row verified a draft
             rollback(kv, kept)
             if after_rollback is not None:
                 after_rollback(kv)
+
+
+def _verify(model, kv, last_tokens, drafts, counters) -> tuple[list[list[int]], list[int]]:
+    """One ragged pass over each row's last token and its draft: each row's emitted tokens (the
+    accepted draft and greedy's next token) and the cache length that keeps them."""
+    tokens = np.concatenate([[t, *d] for t, d in zip(last_tokens, drafts)]).astype(np.int64)
+    counts = np.array([1 + len(d) for d in drafts], np.int64)
+    starts = np.asarray(kv.lengths).copy()
+    predicted = np.argmax(model.forward(tokens, counts, kv, every_token=True), axis=-1)    # (N,)
+    counters["forward_passes"] += 1
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    emitted, kept = [], []
+    for row, d in enumerate(drafts):
+        p = predicted[offsets[row]: offsets[row + 1]]                    # (1 + k,)
+        a = accepted_prefix(d, p)
+        emitted.append([int(t) for t in d[:a]] + [int(p[a])])
+        kept.append(int(starts[row]) + 1 + a)                            # t and the accepted draft
+        counters["proposed"] += len(d)
+        counters["accepted"] += a
+    return emitted, kept
 
 
 def _draft(sequence: np.ndarray, room: int, num_draft_tokens: int, max_ngram: int, eos: np.ndarray) -> np.ndarray:
