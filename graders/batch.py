@@ -43,6 +43,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from . import registry
+from .grading import grade_bytes
 from .notebook import MAX_FILE_BYTES, Refused, open_file, read_file
 from .results import grader_failed, one_line, write_json, write_text, zero_result
 from .sandbox import Limits, kill_all
@@ -119,7 +120,6 @@ def _json_names(rels: list[Path]) -> dict[Path, str]:
 
 def grade_blob(data: bytes, filename: str, exercise: str, limits: dict, isolation: str, label: str) -> dict:
     """Grade one submission's bytes (what a thread or a Dask worker runs).  Always a result."""
-    from .grading import grade_bytes
     try:
         return grade_bytes(data, filename, exercise, limits=Limits(**limits), isolation=isolation, label=label)
     except Exception as err:  # noqa: BLE001 - e.g. bubblewrap missing on a Dask worker

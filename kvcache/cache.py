@@ -68,7 +68,7 @@ def check_select(rows, batch: int) -> np.ndarray:
     """``select``'s argument: distinct rows of the ``batch`` held -> int64 (n,)."""
     idx = validate.index(rows, batch, "row")
     if len(np.unique(idx)) != len(idx):
-        raise ValueError(f"select takes distinct rows, got {list(idx)} (reorder repeats rows)")
+        raise ValueError(f"select takes distinct rows, got {[int(i) for i in idx]} (reorder repeats rows)")
     return idx
 
 

@@ -16,7 +16,7 @@ first reorder expands each prompt's row to its K beams (copying the prompt's key
 K - 1 rows, the only copy of the prompt).  At every step, for each prompt b still searching::
 
     scores (K, V)  = running log-probabilities + log_softmax(logits of b's K rows)
-    candidates     = the 2 K best of the K V (beam, token) pairs (more with several EOS ids),
+    candidates     = the max(2, 1 + n_eos) K best of the K V (beam, token) pairs,
                      found by partition (``top_candidates``), not by sorting K V scores
     finished       <- candidates ending in EOS (or at the length limit) among the K best,
                       scored sum(log p) / generated_length ** length_penalty
@@ -27,14 +27,15 @@ one decode step of all the rows gives the next logits.  A beam whose parent has 
 keeps the parent's row (``assign_rows``): a step copies only the rows of a parent's extra
 children, into the rows of parents left without children.  Each prompt stops on its own, as
 transformers does, at the length limit, or when ``early_stopping`` says so: True stops as soon as
-K hypotheses are finished; False stops when the best running beam, at its current length, can no
-longer beat the worst finished one; "never" makes the same test with the most favourable length
-(the longest, when length_penalty > 0).  A prompt that stops leaves the cache in that step's
-reorder (transformers keeps its rows, fed padding, to the end; the hypotheses are the same).  The
-result is each prompt's best finished hypothesis's new tokens (``num_return_sequences`` best
-with that option; ``beam_hypotheses`` gives them with their scores).  The constants (the 2 K
-candidates, the -1e9 that excludes a beam) are those of transformers' own implementation, so
-the two choose the same tokens.
+K hypotheses are finished; False stops on transformers' heuristic, when the best running beam,
+scored at its current length, cannot beat the worst finished one (with length_penalty > 0 a beam
+may still overtake it later); "never" makes the same test with the most favourable length (the
+longest, when length_penalty > 0), the canonical beam search.  A prompt that stops leaves the
+cache in that step's reorder (transformers keeps its rows, fed padding, to the end; the
+hypotheses are the same).  The result is each prompt's best finished hypothesis's new tokens
+(``num_return_sequences`` best with that option; ``beam_hypotheses`` gives them with their
+scores).  The constants (the max(2, 1 + n_eos) K candidates, the -1e9 that excludes a beam) are
+those of transformers' own implementation, so the two choose the same tokens.
 
 With ``cache="paged"`` (``kvcache.paged``: blocks of ``block_size`` positions from a pool of
 ``num_blocks``) the same searches run over block tables.  Greedy decoding runs through the

@@ -583,7 +583,8 @@ class PagedKVCache(KVCache):
         from here on: the layers write the plan's slots."""
         counts = validate.step_counts(counts, self.batch)
         self._make_room(list(range(self.batch)), counts,
-                        f"a step of {int(counts.sum())} new positions over {self.batch} sequences")
+                        f"a step of {int(counts.sum())} new positions over {self.batch} "
+                        f"sequence{'s' if self.batch != 1 else ''}")
         plan = plan_step(counts, self.lengths)
         table = self._padded_tables(blocks_for(plan.context, self.block_size))
         rows = np.arange(self.batch) if plan.is_decode else np.repeat(np.arange(self.batch), counts)

@@ -42,7 +42,7 @@ __all__ = [
     "MAX_WORKERS", "LONG_POSITIONS", "SHORT_POSITIONS", "HEAD_DIM", "MIN_BLOCKS_PER_SPLIT", "BEYOND_FACTOR",
     "choose_splits", "block_for", "Context", "SplitKPlan", "plan_split_k", "describe_split_plan",
     "interleaved_best", "EarlyExitRow", "measure_early_exit", "SplitKRow", "SplitKResult", "measure_split_k",
-    "split_k_sentence", "split_k_reading",
+    "split_k_sentence", "split_k_reading", "splitting_cost_sentence",
 ]
 
 MAX_WORKERS = 8                 # threads, whatever the machine: the build stays light
@@ -58,6 +58,7 @@ ASSUMED_FREE_BYTES = GIB        # where Linux does not say
 BEYOND_FACTOR = 2               # a context this many times the last-level cache is read from memory
 MIN_BLOCKS_PER_SPLIT = 4        # a chunk shorter than this many blocks is not worth a thread
 MAX_BLOCK = 8_192
+NOISE = 0.15                    # a ratio within 15% of 1 is noise on a shared machine (coursebook.NOISE)
 
 
 def choose_splits(parallel_units: int, seq_len: int, block: int, cores: int,
@@ -349,7 +350,8 @@ def split_k_sentence(result: SplitKResult) -> str:
     parts = []
     for r in result.rows:
         c = r.context
-        verdict = ("paid" if r.speedup >= 1.15 else "lost" if r.speedup <= 1 / 1.15 else "made little difference")
+        verdict = ("paid" if r.speedup > 1 + NOISE else "lost" if r.speedup < 1 / (1 + NOISE) else
+                   "made little difference")
         parts.append(f"over the {c.label} ({c.positions:,} positions, {format_bytes(c.cache_bytes)} of K and V, "
                      f"{c.where}) it {verdict}, a ratio of {r.speedup:.2f}")
     return (f"with {plan.workers} threads on {plan.cores} usable cores, " + "; ".join(parts))
@@ -362,14 +364,14 @@ def split_k_reading(result: SplitKResult) -> str:
     if not plan.parallel:
         return "A machine with more cores would show the other side."
     long_row, memory_row = result.row("long"), result.row("memory")
-    long_gained = long_row is not None and long_row.speedup >= 1.15
+    long_gained = long_row is not None and long_row.speedup > 1 + NOISE
     if memory_row is None:
         where = ("" if not plan.beyond_note else f" No context read from main memory was measured: {plan.beyond_note}.")
         if long_gained:
             return "The long context gained: one core alone did not read it as fast as two." + where
         return ("The long context did not gain: one core read it about as fast as two could, or the other cores "
                 "were busy." + where)
-    memory_gained = memory_row.speedup >= 1.15
+    memory_gained = memory_row.speedup > 1 + NOISE
     if memory_gained and not long_gained:
         return ("Only the context read from main memory gained: one core could not draw all of main memory's "
                 "bandwidth, while the cores share the last-level cache, and two of them did not read it faster "
@@ -379,5 +381,20 @@ def split_k_reading(result: SplitKResult) -> str:
     if long_gained:
         return ("The long context gained but the one read from main memory did not: one core already drew what "
                 "main memory could give.")
-    return ("Neither long context gained: one core already read as fast as this machine's memory allowed, or "
-            "the other cores were busy with other work.")
+    cached_long = long_row is not None and long_row.context.where.startswith("inside")
+    return ("Neither long context gained: two threads read " +
+            ("neither the last-level cache nor main memory" if cached_long else "main memory no") +
+            " faster than one did, or the other cores were busy with other work.")
+
+
+def splitting_cost_sentence(row: SplitKRow, noise: float = NOISE) -> str:
+    """What walking the chunks of ``row`` in turn, against one pass, says about the cost of
+    splitting, in words that follow the measurement: a price when the chunks took longer than
+    the noise allows, none measured when they did not (or were faster)."""
+    x = row.overhead
+    if x > 1 + noise:
+        return f"cost {x:.2f} times one pass: the price of splitting itself"
+    if x >= 1 / (1 + noise):
+        return (f"cost {x:.2f} times one pass, a difference inside the noise: no price of splitting was "
+                "measured")
+    return f"took {x:.2f} times one pass, less than one pass: no price of splitting was measured"

@@ -10,7 +10,8 @@ arithmetic intensity) waits on memory: it is memory-bound.  Its speed is then
 ``bandwidth * intensity`` operations per second, not ``flops``.
 
 Units throughout: bytes, seconds, operations (FLOP) and their rates.  Times come out in
-seconds; the helpers that reproduce a seed's printed figures say so in their names.
+seconds; the helpers that reproduce the printed figures of a widely read guide to LLM inference on
+NVIDIA GPUs (its rounding) say so in their names (``guide_*``).
 """
 from __future__ import annotations
 
@@ -23,8 +24,7 @@ __all__ = [
     "attention_table", "arithmetic_intensity", "decode_attention_intensity", "weight_intensity",
     "decode_weight_intensity",
     "attainable_flops", "time_per_token", "prefill_time", "generation_time",
-    "seed_ms_per_token", "seed_prefill_ms", "seed_total_ms", "seconds_2dp",
-    "guide_ms_per_token", "guide_prefill_ms", "guide_total_ms",
+    "guide_ms_per_token", "guide_prefill_ms", "guide_total_ms", "seconds_2dp",
     "batched_step_time",
 ]
 
@@ -44,7 +44,7 @@ class GPU:
         return self.flops / self.bandwidth
 
 
-# Dense fp16 tensor-core figures, without the sparsity factor (the seed for Chapter 4).
+# Dense fp16 tensor-core figures, without the sparsity factor (as the guide Chapter 4 follows gives them).
 GPUS = {
     "T4": GPU("T4", memory_bytes=16 * 10**9, bandwidth=300e9, flops=65e12),
     "A10": GPU("A10", memory_bytes=24 * 10**9, bandwidth=600e9, flops=125e12),
@@ -83,15 +83,21 @@ def arithmetic_intensity(n: int, d: int, bytes_per_value: int) -> float:
     return ops / moved
 
 
-def decode_attention_intensity(t: int, d: int, bytes_per_value: int) -> float:
-    """Operations per byte of ONE decode step of attention for one head over a cache of t tokens.
+def decode_attention_intensity(t: int, d: int, bytes_per_value: int, queries_per_kv_head: int = 1) -> float:
+    """Operations per byte of ONE decode step of attention for one key/value head over a cache of
+    t tokens, read by ``queries_per_kv_head`` query heads (g: 1 for multi-head attention, H / G
+    with grouped-query attention, whose g query heads share each cached key and value).
 
-    Loads q (d values) and the cached K and V (2 t d), stores o (d); computes t dot products of
-    2d ops (scores), 3 t ops (softmax) and a weighted sum of 2 t d ops: (4 d + 3) t operations.
-    About 1 operation per byte in fp16, whatever t is.
+    Loads the g queries (g d values) and the cached K and V (2 t d) once, stores g outputs
+    (g d); each query computes t dot products of 2d ops (scores), 3 t ops (softmax) and a
+    weighted sum of 2 t d ops: g (4 d + 3) t operations over b (2 t d + 2 g d) bytes.  About
+    g operations per byte in fp16, whatever t is: 1 for multi-head attention.
     """
-    ops = (4 * d + 3) * t
-    moved = bytes_per_value * (2 * t * d + 2 * d)
+    g = queries_per_kv_head
+    if not (isinstance(g, int) and g >= 1):
+        raise ValueError(f"queries_per_kv_head must be a whole number >= 1, got {g!r}")
+    ops = g * (4 * d + 3) * t
+    moved = bytes_per_value * (2 * t * d + 2 * g * d)
     return ops / moved
 
 
@@ -139,28 +145,21 @@ def generation_time(n_prompt: int, n_new: int, n_params: float, bytes_per_param:
             + n_new * time_per_token(n_params, bytes_per_param, gpu.bandwidth))
 
 
-# --- the seed's printed figures, reproduced by the rounding it used --------------------------
+# --- the guide's printed figures, reproduced by the rounding it used -------------------------
 
-def seed_ms_per_token(seconds: float) -> int:
-    """Time per token as the seed prints it: whole milliseconds, TRUNCATED (46.7 -> 46)."""
+def guide_ms_per_token(seconds: float) -> int:
+    """Time per token as the guide prints it: whole milliseconds, TRUNCATED (46.7 -> 46)."""
     return math.floor(seconds * 1000 + 1e-9)
 
 
-def seed_prefill_ms(seconds: float) -> int:
-    """Prefill time as the seed prints it: whole milliseconds, ROUNDED (15.7 -> 16)."""
+def guide_prefill_ms(seconds: float) -> int:
+    """Prefill time as the guide prints it: whole milliseconds, ROUNDED (15.7 -> 16)."""
     return int(Decimal(repr(seconds * 1000)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
-def seed_total_ms(prefill_seconds: float, per_token_seconds: float, n_new: int) -> int:
-    """The seed's total: its rounded prefill plus n_new times its truncated time per token (ms)."""
-    return seed_prefill_ms(prefill_seconds) + n_new * seed_ms_per_token(per_token_seconds)
-
-
-# The same three under the names the chapter uses: the figures come from a guide to LLM inference
-# on NVIDIA GPUs, which printed them with this rounding.
-guide_ms_per_token = seed_ms_per_token
-guide_prefill_ms = seed_prefill_ms
-guide_total_ms = seed_total_ms
+def guide_total_ms(prefill_seconds: float, per_token_seconds: float, n_new: int) -> int:
+    """The guide's total: its rounded prefill plus n_new times its truncated time per token (ms)."""
+    return guide_prefill_ms(prefill_seconds) + n_new * guide_ms_per_token(per_token_seconds)
 
 
 def seconds_2dp(ms: float) -> str:

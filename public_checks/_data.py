@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,9 @@ DATA = Path(__file__).resolve().parent / "data"
 
 @functools.lru_cache(maxsize=None)
 def load(name: str) -> dict:
-    """The data of exercise ``name`` (read once)."""
-    with open(DATA / f"{name}.json", encoding="utf-8") as f:
-        return json.load(f)
+    """The data of exercise ``name`` (read once).  Read as the package's resource, so that it is
+    found wherever the package is: a folder, or the zip an exercise page of the site runs it from."""
+    return json.loads(resources.files(__package__).joinpath("data", f"{name}.json").read_text(encoding="utf-8"))
 
 
 def array(value) -> np.ndarray:

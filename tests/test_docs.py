@@ -27,7 +27,11 @@ def test_the_files_a_document_names_exist(doc):
 
 def test_every_coursebook_helper_is_documented():
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    undocumented = [name for name in coursebook.__all__ if name != "Table" and f"`{name}(" not in text]
+    def documented(name):
+        """A function or class is documented with its call, "`name(", a constant by its name."""
+        return (f"`{name}(" if callable(getattr(coursebook, name)) else f"`{name}`") in text
+
+    undocumented = [name for name in coursebook.__all__ if name != "Table" and not documented(name)]
     assert not undocumented, f"CONTRIBUTING.md does not document: {undocumented}"
 
 
@@ -52,3 +56,15 @@ def test_the_issue_pattern():
     assert ISSUE.search("see issue " + hash_ + "4") and ISSUE.search("fixed in issue" + " 8")
     assert ISSUE.search("(" + hash_ + "12)")
     assert not ISSUE.search('color="#777777"') and not ISSUE.search("# A heading") and not ISSUE.search("&#39;")
+
+
+def test_every_test_the_threat_model_names_exists():
+    """Each row of the grader's threat model names the test that proves its defence
+    (``path::function``): the file defines that function."""
+    text = (ROOT / "graders" / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Threat model", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", section)
+    assert len(named) >= 10
+    missing = [f"{path}::{name}" for path, name in named
+               if not re.search(rf"^def {name}\(", (ROOT / path).read_text(encoding="utf-8"), flags=re.M)]
+    assert not missing, missing

@@ -29,6 +29,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))      # tools/site_runtime.py
 CACHE = ROOT / "_build" / ".npm-vendor"
 DEST = ROOT / "book" / "_static" / "vendor"
 STAMP = DEST / ".vendored.json"
@@ -62,6 +64,35 @@ COPIES: list[tuple[str, str, str]] = [
     ("mathjax", "es5/ui/", "mathjax/ui/"),
     ("mathjax", "LICENSE", "mathjax/LICENSE"),
 ]
+
+# The exercise pages' libraries, installed with ``npm ci`` from the lock file in tools/site_npm
+# (exact versions and integrity; node_modules stays in _build): each package's ES module entry
+# copied under book/_static/vendor/<folder>/, its imports of the other packages made relative, so
+# the browser loads them with no bundler and no import map.  Its license goes to vendor/licenses/.
+SITE_NPM = ROOT / "tools" / "site_npm"
+#: Whether to vendor the exercise pages' Python (tools/site_runtime.py): a test of the copying alone
+#: turns it off.
+RUNTIME = True
+#: package -> (folder under vendor/, the files of the package to copy: its ES modules)
+ES_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "@bjorn3/browser_wasi_shim": ("wasi-shim", ("dist/index.js", "dist/wasi.js", "dist/wasi_defs.js", "dist/fd.js",
+                                                "dist/fs_mem.js", "dist/fs_opfs.js", "dist/strace.js", "dist/debug.js")),
+    "@codemirror/autocomplete": ("codemirror", ("dist/index.js",)),
+    "@codemirror/commands": ("codemirror", ("dist/index.js",)),
+    "@codemirror/lang-python": ("codemirror", ("dist/index.js",)),
+    "@codemirror/language": ("codemirror", ("dist/index.js",)),
+    "@codemirror/state": ("codemirror", ("dist/index.js",)),
+    "@codemirror/streamparser": ("codemirror", ("dist/index.js",)),
+    "@codemirror/view": ("codemirror", ("dist/index.js",)),
+    "@lezer/common": ("codemirror", ("dist/index.js",)),
+    "@lezer/highlight": ("codemirror", ("dist/index.js",)),
+    "@lezer/lr": ("codemirror", ("dist/index.js",)),
+    "@lezer/python": ("codemirror", ("dist/index.js",)),
+    "@marijn/find-cluster-break": ("codemirror", ("src/index.js",)),
+    "crelt": ("codemirror", ("index.js",)),
+    "style-mod": ("codemirror", ("src/style-mod.js",)),
+    "w3c-keyname": ("codemirror", ("index.js",)),
+}
 
 # The course's own files the site loads: (file in the repository, path under book/_static/vendor/).
 COURSE_FILES: list[tuple[str, str]] = [
@@ -152,6 +183,113 @@ def _npm_pack(name: str, version: str, integrity: str, tarball: Path) -> None:
                           f"pinned {integrity}; refusing to use it")
 
 
+def _lock_digest() -> str:
+    return hashlib.sha256((SITE_NPM / "package-lock.json").read_bytes()).hexdigest()
+
+
+def npm_ci() -> Path:
+    """node_modules of tools/site_npm, installed by ``npm ci`` (the lock's versions and integrity,
+    no install scripts) into the cache, once per lock file."""
+    folder = CACHE / "site_npm"
+    marker = folder / ".lock-sha256"
+    digest = _lock_digest()
+    if marker.is_file() and marker.read_text().strip() == digest and (folder / "node_modules").is_dir():
+        return folder / "node_modules"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(SITE_NPM / name, folder / name)
+    _log("installing the exercise pages' libraries (npm ci, tools/site_npm/package-lock.json)")
+    cmd = [_npm(), "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error",
+           "--fetch-retries=1", "--fetch-timeout=60000"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=folder,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise VendorError("'npm ci' for tools/site_npm did not finish in 10 minutes: the npm registry looks "
+                          "unreachable. Check the network or the proxy settings and run 'make vendor' again.") from None
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise VendorError("'npm ci' for tools/site_npm failed:\n    " + "\n    ".join(detail[:12] or ["(no message)"]))
+    marker.write_text(digest + "\n")
+    return folder / "node_modules"
+
+
+def flat_name(package: str) -> str:
+    """The file name of a one-file package under its vendor folder: @codemirror/state -> codemirror-state.js."""
+    return package.lstrip("@").replace("/", "-") + ".js"
+
+
+_IMPORT = re.compile(r"""(\b(?:from|import)\s*)(["'])([^"'\s]+)\2""")
+
+
+def es_module_text(package: str, text: str) -> str:
+    """A package's module with its imports of the other vendored packages made relative."""
+    folder = ES_MODULES[package][0]
+
+    def relative(match: re.Match) -> str:
+        spec = match[3]
+        if spec not in ES_MODULES:
+            return match[0]
+        target_folder, files = ES_MODULES[spec]
+        if target_folder != folder or len(files) != 1:
+            raise VendorError(f"{package} imports {spec}, which is not a one-file package of vendor/{folder}")
+        return f"{match[1]}{match[2]}./{flat_name(spec)}{match[2]}"
+
+    return _IMPORT.sub(relative, text)
+
+
+def _es_modules(dest: Path) -> list[Path]:
+    """Write the exercise pages' libraries under ``dest``; the files written."""
+    if not ES_MODULES:
+        return []
+    modules = npm_ci()
+    lock = json.loads((SITE_NPM / "package-lock.json").read_text())
+    locked = {key.removeprefix("node_modules/") for key in lock.get("packages", {}) if key}
+    unknown = locked - set(ES_MODULES)
+    if unknown:
+        raise VendorError(f"tools/site_npm's lock holds packages vendor_assets.py does not copy: {sorted(unknown)}")
+    written = []
+    for package, (folder, files) in ES_MODULES.items():
+        root = modules / package
+        for rel in files:
+            text = es_module_text(package, (root / rel).read_text(encoding="utf-8"))
+            target = dest / folder / (flat_name(package) if len(files) == 1 else Path(rel).name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+            written.append(target)
+        license_file = next((root / n for n in ("LICENSE", "LICENSE.md", "LICENSE.txt", "LICENSE-MIT")
+                             if (root / n).is_file()), None)
+        if license_file is None:
+            raise VendorError(f"{package} has no LICENSE file to ship with the site")
+        target = dest / "licenses" / (flat_name(package)[:-3] + ".txt")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        version = json.loads((root / "package.json").read_text())["version"]
+        target.write_text(f"{package} {version}\n\n" + license_file.read_text(encoding="utf-8"), encoding="utf-8")
+        written.append(target)
+    return written
+
+
+def _runtime(dest: Path) -> list[Path]:
+    """The Python of the exercise pages (tools/site_runtime.py), under ``dest``/runtime."""
+    if not RUNTIME:
+        return []
+    import site_runtime
+    try:
+        site_runtime.build(dest / "runtime")
+    except site_runtime.RuntimeBuildError as err:
+        raise VendorError(str(err)) from None
+    return [dest / "runtime" / name for name in site_runtime.OUTPUTS]
+
+
+def _runtime_key() -> str:
+    import site_runtime
+    try:
+        return site_runtime._key()
+    except site_runtime.RuntimeBuildError as err:
+        raise VendorError(str(err)) from None
+
+
 def _plan() -> list[tuple[Path, Path]]:
     """(source file, destination file) for every vendored file."""
     pairs: list[tuple[Path, Path]] = []
@@ -178,6 +316,9 @@ def _wanted_stamp() -> dict:
         "packages": {name: list(pin) for name, pin in PACKAGES.items()},
         "copies": [list(c) for c in COPIES],
         "course_files": {src: hashlib.sha256((ROOT / src).read_bytes()).hexdigest() for src, _ in COURSE_FILES},
+        "es_modules": {"lock": _lock_digest(), "copies": {k: [v[0], list(v[1])] for k, v in ES_MODULES.items()},
+                       "script": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()} if ES_MODULES else None,
+        "runtime": _runtime_key() if RUNTIME else None,
     }
 
 
@@ -202,7 +343,8 @@ def vendor() -> None:
     for source, target in pairs:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    files = sorted(str(t.relative_to(DEST)) for _, t in pairs)
+    made = [t for _, t in pairs] + _es_modules(DEST) + _runtime(DEST)
+    files = sorted(str(t.relative_to(DEST)) for t in made)
     STAMP.write_text(json.dumps({"wanted": _wanted_stamp(), "files": files}, indent=1) + "\n")
     size = sum((DEST / f).stat().st_size for f in files)
     _log(f"copied {len(files)} files ({size / 2**20:.1f} MiB) into {DEST.relative_to(ROOT)}: "

@@ -1,7 +1,7 @@
 """GA-2 as a circuit: synthesizable Verilog that runs GA-2 programs cycle for cycle.
 
 The Verilog (``ga2/rtl/*.v``, one module per unit, ``sources.DESIGN``) implements
-``ga2-spec.md``: the same results as ``ga2.machine`` and, instruction by instruction, 2 issue
+``ga2/SPEC.md``: the same results as ``ga2.machine`` and, instruction by instruction, 2 issue
 cycles plus the wait of the spec's cycle table, counted by the circuit's five counters.
 The testbench (``tb/ga2_tb.sv``) loads a program and the memory images as hex, runs to HALT
 and dumps the memories and the counters; Icarus Verilog and Verilator run it.

@@ -1,6 +1,6 @@
 """The softmax unit's exp table as Verilog: ``ga2_exp_rom.v`` is written by this module.
 
-    e(d) = floor(65536 * exp(-d / 16)),   d = 0 .. 255        (ga2-spec.md, the softmax unit)
+    e(d) = floor(65536 * exp(-d / 16)),   d = 0 .. 255        (ga2/SPEC.md, the softmax unit)
 
 The values are computed in exact decimal arithmetic (60 significant digits), not in floating
 point, so the table is the definition's and not one float rounding away from it; the tests

@@ -1,4 +1,4 @@
-// ga2: the GA-2 accelerator (ga2-spec.md): program memory, control, EXT and SPAD, the DMA,
+// ga2: the GA-2 accelerator (ga2/SPEC.md): program memory, control, EXT and SPAD, the DMA,
 // the matrix unit (4 x 4 systolic array), the requantizer and the softmax unit.
 //
 // One instruction runs at a time, so the units share the memories' ports: each drives its

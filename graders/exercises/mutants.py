@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checks import Fail
+from .. import registry
 from ..registry import Call, Exercise, Item, Lib, Module, Test, package_dir
 from ..results import test_entry
 
@@ -437,8 +438,7 @@ def _proceed(phase: int, verdicts: dict) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _tests_by_id() -> dict:
-    from ..registry import tests
-    return {t.id: t for t in tests("mutants")}
+    return {t.id: t for t in registry.tests("mutants")}
 
 
 def _why_not_valid(wheats, verdicts) -> list[str]:

@@ -60,47 +60,76 @@ def bytecode(source: Path) -> Path | None:
 def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, seccomp_fd: int | None,
                  warm_jobs: Path | None = None) -> list[str]:
     """bubblewrap's options, up to and including ``--``: the namespaces, the read-only copy of
-    the system and Python a run needs (``resident``), the private size-capped ``/tmp``, ``/dev/shm`` and ``/scratch``, the job folder
-    at ``/sandbox/in`` (with the harness and the supervisor beside it), the clean environment,
-    the user (``uid`` when the grader is root), the seccomp filter read from ``seccomp_fd``.
+    the system and Python a run needs (``resident``), the private size-capped ``/tmp``,
+    ``/dev/shm`` and ``/scratch``, the job folder at ``/sandbox/in`` (with the harness and the
+    supervisor beside it), the clean environment, the user (``uid`` when the grader is root), the
+    seccomp filter read from ``seccomp_fd``.
 
     ``warm_jobs`` (a root grader only) makes a warm sandbox (``supervisor.serve``) instead: the
     folder of its runs' job folders at ``/sandbox/jobs``, no job folder of its own, and the
     supervisor keeps ``CAP_SYS_ADMIN`` to make each run's namespaces (the filter is installed by
     the supervisor in each run's harness, as in the fallback)."""
+    copy = view()
+    args = _namespaces() + _machine_covered() + _private_folders(tmpfs_bytes)
+    # The system and Python as a run sees them: a copy in memory of what it needs (``resident``),
+    # bound after the private /tmp, since a checkout (and so its .venv) may itself live there.
+    for folder in copy.folders():
+        args += ["--ro-bind", copy.source(folder), folder]
+    args += _sandbox_folder(copy, job_dir, libs, warm_jobs)
+    args += ["--chdir", "/scratch", "--clearenv"]
+    for key, value in environment("/scratch").items():
+        args += ["--setenv", key, value]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    return args + _user(uid, warm=warm_jobs is not None)
+
+
+def _namespaces() -> list[str]:
+    """bwrap, its namespaces, and the root's links into /usr."""
     args = [which("bwrap") or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
             "--as-pid-1"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):      # the root's links into /usr
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/") / name
         if path.is_symlink():
             args += ["--symlink", os.readlink(path), str(path)]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    # what the whole machine counts, covered (``supervisor.MACHINE_WIDE_PROC_FILES``): bwrap's own
-    # /proc is the kernel's, so the host's list is the sandbox's
+    return args + ["--proc", "/proc", "--dev", "/dev"]
+
+
+def _machine_covered() -> list[str]:
+    """What the whole machine counts, covered (``supervisor.MACHINE_WIDE_PROC_FILES``): bwrap's
+    own /proc is the kernel's, so the host's list is the sandbox's; and the pseudo-terminals
+    (bwrap's /dev/ptmx links into /dev/pts)."""
+    args = []
     for folder in _supervisor.machine_wide_dirs("/proc"):
         args += ["--perms", "0555", "--size", "4096", "--tmpfs", folder, "--remount-ro", folder]
     for path in _supervisor.machine_wide_files("/proc"):
         args += ["--ro-bind", "/dev/null", path]
-    for folder in _supervisor.NO_DEVICE_DIRS:      # bwrap's /dev/ptmx links into /dev/pts
+    for folder in _supervisor.NO_DEVICE_DIRS:
         args += ["--perms", "0555", "--size", "4096", "--tmpfs", folder, "--remount-ro", folder]
-    args += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm",
-             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", "/scratch"]
-    # The system and Python as a run sees them: a copy in memory of what it needs (``resident``),
-    # bound after the private /tmp, since a checkout (and so its .venv) may itself live there.
-    copy = view()
-    for folder in copy.folders():
-        args += ["--ro-bind", copy.source(folder), folder]
-    compiled = {} if job_dir is None and warm_jobs is None else {
+    return args
+
+
+def _private_folders(tmpfs_bytes: int) -> list[str]:
+    """The run's own /dev/shm, /tmp and /scratch, each capped at ``tmpfs_bytes``."""
+    return [arg for folder in ("/dev/shm", "/tmp", "/scratch")
+            for arg in ("--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", folder)]
+
+
+def _sandbox_folder(copy, job_dir: Path | None, libs, warm_jobs: Path | None) -> list[str]:
+    """/sandbox: the job folder (or a warm sandbox's folder of job folders), the harness and the
+    supervisor with their compiled forms, and the course packages the job needs."""
+    running = job_dir is not None or warm_jobs is not None
+    compiled = {} if not running else {
         f"/sandbox/__pycache__/{code.name}": copy.holding(code, f"__pycache__/{code.name}")
         for code in map(bytecode, (HARNESS, SUPERVISOR)) if code is not None}
     # bwrap makes missing parent folders 0700: make them searchable for the sandbox's user.
+    args = []
     for folder in ["/sandbox"] + (["/sandbox/lib"] if libs else []) + (["/sandbox/__pycache__"] if compiled else []):
         args += ["--perms", "0755", "--dir", folder]
     if warm_jobs is not None:
         args += ["--perms", "0755", "--dir", "/sandbox/in", "--ro-bind", str(warm_jobs), _supervisor.JOBS]
-    if job_dir is not None or warm_jobs is not None:
+    if running:
         if job_dir is not None:
             args += ["--ro-bind", str(job_dir), "/sandbox/in"]
         args += ["--ro-bind", copy.holding(HARNESS, "harness.py"), "/sandbox/harness.py",
@@ -109,21 +138,17 @@ def bwrap_prefix(uid: int | None, tmpfs_bytes: int, job_dir: Path | None, libs, 
             args += ["--ro-bind", str(code), inside]
     for lib in libs:                    # course packages the job needs (the public checks)
         args += ["--ro-bind", str(lib), f"/sandbox/lib/{Path(lib).name}"]
-    args += ["--chdir", "/scratch", "--clearenv"]
-    for key, value in environment("/scratch").items():
-        args += ["--setenv", key, value]
-    if seccomp_fd is not None:
-        args += ["--seccomp", str(seccomp_fd)]
-    if uid is not None:
-        # Root: the supervisor keeps what it needs to switch the harness to the sandbox's own
-        # user and to kill what is left at the end; the harness drops all of it.
-        args += ["--cap-drop", "ALL"]
-        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL") + (("CAP_SYS_ADMIN",) if warm_jobs else ()):
-            args += ["--cap-add", cap]
-        args += ["--"]
-    else:
-        args += ["--unshare-user", "--disable-userns", "--"]
     return args
+
+
+def _user(uid: int | None, warm: bool) -> list[str]:
+    """Root: the supervisor keeps what it needs to switch the harness to the sandbox's own user
+    and to kill what is left at the end (and, warm, to make each run's namespaces); the harness
+    drops all of it.  Anyone else: a user namespace, and no further one."""
+    if uid is None:
+        return ["--unshare-user", "--disable-userns", "--"]
+    caps = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL") + (("CAP_SYS_ADMIN",) if warm else ())
+    return ["--cap-drop", "ALL"] + [arg for cap in caps for arg in ("--cap-add", cap)] + ["--"]
 
 
 def unshare_prefix() -> list[str]:

@@ -369,3 +369,45 @@ def test_public_checks_compute_their_own_expectations():
         src = (ROOT / "public_checks" / f"{name}.py").read_text()
         assert "kvcache" not in src and "solutions" not in src
         assert 3 <= len(__import__(f"public_checks.{name}", fromlist=["CHECKS"]).CHECKS) <= 5
+
+
+# ---------------------------------------------------------------- an expert's reading
+
+
+def test_the_fused_prefill_and_grouped_query_figures(ch4):
+    """Each figure written by hand from its statement: the fused prefill moves Q, K, V and O,
+    b 4 N d = 2 * 4 * 4096 * 128 bytes, for (4d + 3) N^2 operations: 515 * 4096 / 1024 = 2,060 per
+    byte; grouped-query decode g (4d + 3) T / (b (2Td + 2gd)); a tensor-parallel 70B cache."""
+    _, g = ch4
+    assert g["ch4_fused_bytes"] == "4,194,304" and g["ch4_ai_fused"] == "2,060"
+    assert (g["ch4_real_heads"], g["ch4_real_kv_heads"], g["ch4_real_group"]) == ("9", "3", "3")
+    assert g["ch4_ai_decode_gqa"] == "3.03"        # 3 * 259 * 4096 / (2 (2 * 4096 * 64 + 2 * 3 * 64))
+    assert g["ch4_ai_decode_70b"] == "8.03"        # 8 * 515 * 4096 / (2 (2 * 4096 * 128 + 2 * 8 * 128))
+    assert (g["ch4_70b_heads"], g["ch4_70b_kv_heads"]) == ("64", "8")
+    assert g["ch4_70b_token_bytes"] == "327,680"   # 2 * 80 * 8 * 128 * 2
+    assert g["ch4_70b_token_bytes_tp8"] == "40,960"
+    # batching on the A10: 26.9 ms at batch 1, 37.6 ms when memory is full, 37 against 106 tokens/s
+    assert (g["ch4_a10_b1_ms"], g["ch4_a10_bmax_ms"]) == ("26.9", "37.6")
+    assert g["ch4_a10_step_growth"] == "40%" and g["ch4_a10_tps_gain"] == "2.9"
+
+
+def test_what_an_expert_found_wrong_is_gone_and_said_right(ch4):
+    md = "\n".join(c.source for c in nbformat.read(CH4, as_version=4).cells if c.cell_type == "markdown")
+    flat = " ".join(md.split())
+    for wrong in ("tensor cores read 2-byte values directly", "one reason its memory is GDDR6",
+                  "cannot keep a user waiting while a batch fills",
+                  "stays at about 1 operation per byte however large the batch",
+                  "would take this machine"):
+        assert wrong not in flat, wrong
+    for right in ("continuously", "time to first token", "time per output token", "chunked prefill",
+                  "model bandwidth utilisation", "model FLOPs utilisation", "are floors",
+                  "grouped-query attention", "tensor parallelism", "Weight-only quantisation", "FP8",
+                  "fused", "llama.cpp", "one thread's", "virtual machine"):
+        assert right in flat, right
+    sources = md[md.index("## Sources and further reading"):]
+    assert sources.count("](https://") >= 10
+    # the table's headers say which figure each "guide" column is, and that the total holds the prefill
+    code = "\n".join(c.source for c in nbformat.read(CH4, as_version=4).cells if c.cell_type == "code")
+    for header in ('"per token, guide (ms)"', '"prefill, guide (ms)"', '"prefill + 150 tokens (s)"',
+                   '"total, guide (ms)"', '"total, guide (s)"'):
+        assert header in code, header

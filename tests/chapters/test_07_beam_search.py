@@ -544,3 +544,64 @@ class TestCh7RealModel:
         assert int(rows[0][2]) == 4 == searching[0]                # the prefill: one row per prompt
         assert all(int(r[2]) == 3 * n for r, n in zip(rows[1:], searching[1:]))
         assert searching == sorted(searching, reverse=True) and searching[-1] < 4
+
+
+# ---------------------------------------------------------------- an expert's reading
+
+
+def test_ch7_the_candidates_rule_and_the_heuristic_example(ch7):
+    """max(2, 1 + n_eos) K with the two EOS ids and 3 beams: max(2, 3) * 3 = 9, not 2K = 6; the
+    heuristic's example: -5 / 5 = -1.000, then (-5 - 0.01) / 6 = -0.835 (length_penalty 1)."""
+    nb, g = ch7
+    assert (g["ch7_n_eos"], g["ch7_K"], g["ch7_n_candidates"], g["ch7_2K"]) == ("2", "3", "9", "6")
+    assert (g["ch7_h_before"], g["ch7_h_after"]) == ("-1.000", "-0.835")
+    md = "\n".join(c.source for c in nbformat.read(CH7, as_version=4).cells if c.cell_type == "markdown")
+    flat = " ".join(md.split())
+    assert "the $2K$ best candidates are kept" not in flat and "twice as many as needed" not in flat
+    assert "\\max(2,\\ 1 + n_{\\mathrm{eos}}) \\times K" in flat
+    assert "calls a heuristic" in flat and "canonical beam search" in flat
+
+
+def test_ch7_a_prompt_where_false_stops_before_never_finds_better(ch7):
+    """On the second prompt False returns a 3-token hypothesis ending in EOS and "never" searches
+    on to the length limit, 10 tokens, and finds a higher score."""
+    _, g = ch7
+    sentence = g["ch7_never_sentence"]
+    assert sentence.startswith("`False` stopped after ") and "with a 3-token hypothesis" in sentence
+    assert "searched 10 steps and found a 10-token one" in sentence
+    assert sentence.endswith("higher: the heuristic stopped before the better hypothesis was reached")
+
+
+def test_ch7_the_gap_between_speedups_is_placed_by_the_measurements(ch7):
+    """The words that place the gap follow from the glued times, whichever way they fell."""
+    from coursebook import against_its_prediction, quotient_gap
+    _, g = ch7
+    rec, rec_p = number(g["ch7_meas_rec_ms"]), number(g["ch7_pred_rec_ms"])
+    cached, cached_p = number(g["ch7_meas_cached_ms"]), number(g["ch7_pred_cached_ms"])
+    for value in (rec, rec_p, cached, cached_p):
+        assert math.isfinite(value) and value > 0
+    words = quotient_gap(("the recomputation", rec, rec_p), ("the cached step", cached, cached_p),
+                         what="the measured speedup", against="the calibrated one")
+    near_a_boundary = any(abs(r - b) < 0.02 for r in (rec / rec_p, cached / cached_p,
+                                                     (rec / rec_p) / (cached / cached_p))
+                          for b in (1.15, 1 / 1.15))
+    assert g["ch7_gap_words"] == words or near_a_boundary
+    assert g["ch7_gap_words"].startswith("the measured speedup is ")
+    assert g["ch7_rec_words"] == against_its_prediction(rec, rec_p) or near_a_boundary
+    md = "\n".join(c.source for c in nbformat.read(CH7, as_version=4).cells if c.cell_type == "markdown")
+    flat = " ".join(md.split())
+    assert "slows the recomputation beyond its FLOPs and raises the measured speedup" not in flat
+    assert "lengthen the denominator, so they lower the ratio" in flat
+
+
+def test_ch7_reading_the_loop_before_the_code_and_the_sources():
+    nb = nbformat.read(CH7, as_version=4)
+    sources = [c.source for c in nb.cells]
+    pseudo = next(i for i, s in enumerate(sources) if "for t in range(max_new_tokens):" in s and "```text" in s)
+    code = next(i for i, s in enumerate(sources) if s.startswith("show_source(beam_hypotheses"))
+    assert nb.cells[pseudo].cell_type == "markdown" and pseudo == code - 1
+    assert "hide-output" in nb.cells[code].metadata.get("tags", [])
+    md = "\n".join(s for c, s in zip(nb.cells, sources) if c.cell_type == "markdown")
+    assert "## Sampling, and why servers rarely search with beams" in md
+    assert md.index("## Sources and further reading") > md.index("## Exercises")
+    assert md[md.index("## Sources and further reading"):].count("](https://") >= 3

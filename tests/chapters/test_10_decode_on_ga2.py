@@ -19,7 +19,7 @@ from coursetools.answer_leaks import leaks_in_notebook
 from public_checks import evaluate, run_checks
 
 sys.path.insert(0, str(ROOT / "tests" / "ga2"))
-import ga2_seed_figures  # noqa: E402  (the published figures, transcribed once)
+import published_figures  # noqa: E402  (the published figures, transcribed once)
 
 CH10 = chapter_path("10_decode_on_ga2")
 EXERCISES = {"attention_tail": 10}
@@ -28,9 +28,9 @@ EXERCISES = {"attention_tail": 10}
 # ---------------------------------------------------------------- the published figures
 # The figures published with the GA-2 design: its listing of the cached program for L = 3 and
 # its cycle table, as tests/ga2 transcribed them.
-PUBLISHED_LISTING_L3 = ga2_seed_figures.SEED_LISTING_L3
+PUBLISHED_LISTING_L3 = published_figures.PUBLISHED_LISTING_L3
 
-PUBLISHED_CYCLES = ga2_seed_figures.SEED_CYCLE_TABLE
+PUBLISHED_CYCLES = published_figures.PUBLISHED_CYCLE_TABLE
 
 PUBLISHED_CH10 = {
     "ch10_len_cached": "32", "ch10_len_recompute": "28", "ch10_append_k": "19", "ch10_append_dst": "2080",

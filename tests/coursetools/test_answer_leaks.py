@@ -143,3 +143,33 @@ def test_a_counterpart_with_another_name_is_a_leak_too(monkeypatch):
     assert {"answer_fn", "helper_impl"} <= protected_names()
     assert [leak.name for leak in leaks_in_source("def helper_impl(x):\n    return x\n", "k.py")] == ["helper_impl"]
     assert leaks_in_source("def helper_impl(x):\n    raise NotImplementedError\n", "k.py") == []
+
+
+def _zip(members: dict) -> bytes:
+    import io
+    import zipfile
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return out.getvalue()
+
+
+def test_what_the_exercise_pages_ship_is_read_inside_archives(tmp_path):
+    """The site's exercise pages ship course.zip and a gzipped library zip: their members are read
+    as the files they are, and a compiled module that names a graded function is a leak."""
+    import gzip
+    (tmp_path / "course.zip").write_bytes(_zip({"pkg/ok.py": STARTERS[0], "pkg/bad.py": ANSWERS[0],
+                                                "pkg/data.json": json.dumps({"x": ANSWERS[0]})}))
+    (tmp_path / "library.zip.gz").write_bytes(gzip.compress(_zip({"inner/bad.py": ANSWERS[4],
+                                                                  "mod.pyc": b"\x00\x07softmax\x00",
+                                                                  "fine.pyc": b"\x00other\x00"})))
+    (tmp_path / "nested.zip").write_bytes(_zip({"deeper.zip": _zip({"x.ipynb": json.dumps(
+        {"cells": [{"cell_type": "code", "source": ANSWERS[2]}]})})}))
+    (tmp_path / "module.wasm.gz").write_bytes(gzip.compress(ANSWERS[0].encode()))     # a binary: not read
+    (tmp_path / "broken.zip").write_bytes(b"PK not a zip")
+    found = {(leak.file, leak.name) for leak in find_leaks(tmp_path, NAMES)}
+    assert found == {("course.zip:pkg/bad.py", "softmax"), ("library.zip.gz (gunzipped):inner/bad.py", "attend_step"),
+                     ("library.zip.gz (gunzipped):mod.pyc", "softmax"), ("broken.zip", "?"),
+                     ("nested.zip:deeper.zip:x.ipynb", "softmax")}
+    assert not find_leaks(tmp_path / "course.zip", frozenset({"other"}))

@@ -8,19 +8,19 @@ from ga2 import attn
 from ga2.isa import ProgramError, cycle_counts, parse_listing
 from ga2.machine import Machine
 from ga2.plan import EXT_PLAN, SPAD_PLAN
-from ga2_seed_figures import (SEED_BREAKDOWN_L32, SEED_BREAKDOWN_PERCENT, SEED_BREAKDOWN_TOTAL, SEED_CYCLE_TABLE,
-                              SEED_EXAMPLE_B, SEED_GROWTH_PER_TOKEN, SEED_INSTRUCTIONS_L3, SEED_LISTING_L3,
-                              SEED_SPEEDUP, SEED_TOTAL_CACHED_32, SEED_TOTAL_RATIO_32, SEED_TOTAL_RECOMPUTE_32,
-                              SEED_WEIGHTS_RQ)
+from published_figures import (PUBLISHED_BREAKDOWN_L32, PUBLISHED_BREAKDOWN_PERCENT, PUBLISHED_BREAKDOWN_TOTAL, PUBLISHED_CYCLE_TABLE,
+                              PUBLISHED_EXAMPLE_B, PUBLISHED_GROWTH_PER_TOKEN, PUBLISHED_INSTRUCTIONS_L3, PUBLISHED_LISTING_L3,
+                              PUBLISHED_SPEEDUP, PUBLISHED_TOTAL_CACHED_32, PUBLISHED_TOTAL_RATIO_32, PUBLISHED_TOTAL_RECOMPUTE_32,
+                              PUBLISHED_WEIGHTS_RQ)
 
 
 # ---------------------------------------------------------------- cycles
 def test_cycle_table_matches_the_seed_row_by_row():
     rows = attn.cycle_table((2, 4, 8, 16, 32))
     assert {(r.L, r.variant): (r.counts.instructions, r.counts.total, r.counts.matrix, r.counts.dma,
-                               r.counts.vector) for r in rows} == SEED_CYCLE_TABLE
+                               r.counts.vector) for r in rows} == PUBLISHED_CYCLE_TABLE
     totals = {(r.L, r.variant): r.counts.total for r in rows}
-    for L, speedup in SEED_SPEEDUP.items():
+    for L, speedup in PUBLISHED_SPEEDUP.items():
         assert round(totals[(L, "recompute")] / totals[(L, "cached")], 2) == speedup
 
 
@@ -30,44 +30,44 @@ def test_the_machine_counters_read_the_seed_table(L):
     last = attn.sequence(attn.make_example(L, 1))[-1]
     for variant in attn.VARIANTS:
         c = last[variant].counters
-        assert (c.instructions, c.total, c.matrix, c.dma, c.vector) == SEED_CYCLE_TABLE[(L, variant)]
+        assert (c.instructions, c.total, c.matrix, c.dma, c.vector) == PUBLISHED_CYCLE_TABLE[(L, variant)]
     assert last.cached.output == last.recompute.output
 
 
 def test_running_example_b_every_row_and_the_totals():
     cost = attn.generation_cost(32)
     cached, recompute = cost["cached"], cost["recompute"]
-    for t, (c, r, ratio) in SEED_EXAMPLE_B.items():
+    for t, (c, r, ratio) in PUBLISHED_EXAMPLE_B.items():
         assert (cached[t - 1], recompute[t - 1]) == (c, r), t
         assert round(r / c, 2) == ratio
-    assert sum(cached) == SEED_TOTAL_CACHED_32 == 124_346
-    assert sum(recompute) == SEED_TOTAL_RECOMPUTE_32 == 295_184
-    assert round(sum(recompute) / sum(cached), 2) == SEED_TOTAL_RATIO_32
-    assert round((cached[-1] - cached[0]) / 31) == SEED_GROWTH_PER_TOKEN["cached"]
-    assert round((recompute[-1] - recompute[0]) / 31) == SEED_GROWTH_PER_TOKEN["recompute"]
+    assert sum(cached) == PUBLISHED_TOTAL_CACHED_32 == 124_346
+    assert sum(recompute) == PUBLISHED_TOTAL_RECOMPUTE_32 == 295_184
+    assert round(sum(recompute) / sum(cached), 2) == PUBLISHED_TOTAL_RATIO_32
+    assert round((cached[-1] - cached[0]) / 31) == PUBLISHED_GROWTH_PER_TOKEN["cached"]
+    assert round((recompute[-1] - recompute[0]) / 31) == PUBLISHED_GROWTH_PER_TOKEN["recompute"]
 
 
 def test_where_the_cycles_go_at_32():
     prog = attn.program(32, "cached", attn.default_params())
     rows = attn.cycle_breakdown(prog)
-    assert [op for op, _, _ in rows] == list(SEED_BREAKDOWN_L32)          # most cycles first
-    assert {op: (n, c) for op, n, c in rows} == SEED_BREAKDOWN_L32
+    assert [op for op, _, _ in rows] == list(PUBLISHED_BREAKDOWN_L32)          # most cycles first
+    assert {op: (n, c) for op, n, c in rows} == PUBLISHED_BREAKDOWN_L32
     total = sum(c for _, _, c in rows)
-    assert total == SEED_BREAKDOWN_TOTAL == 5249
+    assert total == PUBLISHED_BREAKDOWN_TOTAL == 5249
     assert cycle_counts(prog).total == total + 2                           # HALT's issue cycles
-    assert {op: round(100 * c / total, 1) for op, _, c in rows} == SEED_BREAKDOWN_PERCENT
+    assert {op: round(100 * c / total, 1) for op, _, c in rows} == PUBLISHED_BREAKDOWN_PERCENT
 
 
 # ---------------------------------------------------------------- the listing
 def test_instruction_counts_at_3():
     P = attn.rq_params(attn.make_example(3, 1))
-    assert {v: len(attn.program(3, v, P)) for v in attn.VARIANTS} == SEED_INSTRUCTIONS_L3
+    assert {v: len(attn.program(3, v, P)) for v in attn.VARIANTS} == PUBLISHED_INSTRUCTIONS_L3
     assert attn.program(3, "cached", P)[-1].op == "HALT"
 
 
 def test_listing_at_3_field_for_field():
     """Every field of the seed's listing, except the data-dependent requantizer multipliers."""
-    seed = parse_listing(SEED_LISTING_L3)
+    seed = parse_listing(PUBLISHED_LISTING_L3)
     ours = attn.program(3, "cached", attn.rq_params(attn.make_example(3, 1)))
     assert len(ours) == len(seed) == 32
     for index, (a, b) in enumerate(zip(ours, seed)):
@@ -82,8 +82,8 @@ def test_listing_at_3_field_for_field():
 def test_listing_at_3_exactly_with_the_seed_generator():
     """Drawn with the seed's generator, the example is the seed's: the multipliers match too."""
     P = attn.rq_params(attn.make_example(3, 1, generator="python"))
-    assert attn.program(3, "cached", P) == parse_listing(SEED_LISTING_L3)
-    assert P["weights"] == SEED_WEIGHTS_RQ
+    assert attn.program(3, "cached", P) == parse_listing(PUBLISHED_LISTING_L3)
+    assert P["weights"] == PUBLISHED_WEIGHTS_RQ
 
 
 # ---------------------------------------------------------------- the memory plan and the builder
@@ -102,7 +102,7 @@ def test_rq_params_follow_the_scales():
     assert math.isclose(value("q"), s["x"] * s["wq"] / s["q"], rel_tol=2 ** -23)
     assert math.isclose(value("scores"), s["q"] * s["k"] / 4 * 16, rel_tol=2 ** -23)
     assert math.isclose(value("out"), s["v"] / (127 * s["o"]), rel_tol=2 ** -23)
-    assert P["weights"] == SEED_WEIGHTS_RQ
+    assert P["weights"] == PUBLISHED_WEIGHTS_RQ
 
 
 def test_program_arguments_and_the_plan_limit():
@@ -158,7 +158,7 @@ def test_a_program_run_unpacks_as_the_seeds_triple():
         assert len(run) == 3 and run[2] == out8
         # the counters ride along outside the tuple, as the machine read them
         assert run.counters == cycle_counts(prog)
-        assert (run.counters.instructions, run.counters.total) == SEED_CYCLE_TABLE[(4, variant)][:2]
+        assert (run.counters.instructions, run.counters.total) == PUBLISHED_CYCLE_TABLE[(4, variant)][:2]
         copy = run._replace(output=[0] * 16)
         assert copy.output == [0] * 16 and copy.counters == run.counters
         assert attn.ProgramRun(*run).counters == run.counters     # left out: the cycle model's price

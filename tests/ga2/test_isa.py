@@ -10,7 +10,7 @@ from ga2.isa import FIELDS, Instr, assemble, build, cycle_counts, decode, disass
 
 SETTINGS = settings(max_examples=150, derandomize=True, deadline=None, database=None)
 
-SEED_LINE = "MM dst=2816 A=0 B=512 M=1 K=16 N=4 tb=0 lda=16 ldb=16 ldc=4"
+PUBLISHED_LINE = "MM dst=2816 A=0 B=512 M=1 K=16 N=4 tb=0 lda=16 ldb=16 ldc=4"
 
 
 # ---------------------------------------------------------------- instructions as data
@@ -74,15 +74,15 @@ def test_mapping_instructions_are_accepted():
 # ---------------------------------------------------------------- text form
 def test_disassemble_matches_the_seed_listing_format():
     ins = build("MM", dst=2816, A=0, B=512, M=1, K=16, N=4, tb=0, lda=16, ldb=16, ldc=4)
-    assert disassemble(ins) == SEED_LINE
-    assert str(ins) == SEED_LINE
+    assert disassemble(ins) == PUBLISHED_LINE
+    assert str(ins) == PUBLISHED_LINE
     assert disassemble(build("HALT")) == "HALT"
     assert disassemble(build("RQ", dst=2832, src=2816, len=16, m=14805262, s=31)) == \
         "RQ dst=2832 src=2816 len=16 m=14805262 s=31 relu=0"
 
 
 def test_assemble_reads_listing_lines():
-    assert assemble(SEED_LINE) == build("MM", dst=2816, A=0, B=512, M=1, K=16, N=4, tb=0, lda=16, ldb=16, ldc=4)
+    assert assemble(PUBLISHED_LINE) == build("MM", dst=2816, A=0, B=512, M=1, K=16, N=4, tb=0, lda=16, ldb=16, ldc=4)
     assert assemble(" 31 HALT") == build("HALT")
     assert assemble("LD dst=0 src=32 len=16   # the new token") == build("LD", dst=0, src=32, len=16)
     assert assemble("rq dst=1 src=2 len=3 m=0x10 s=4") == build("RQ", dst=1, src=2, len=3, m=16, s=4)
@@ -91,9 +91,9 @@ def test_assemble_reads_listing_lines():
 
 
 def test_programs_are_lines_both_ways():
-    program = [build("LD", dst=0, src=32, len=16), assemble(SEED_LINE), build("HALT")]
+    program = [build("LD", dst=0, src=32, len=16), assemble(PUBLISHED_LINE), build("HALT")]
     text = disassemble(program)
-    assert text.splitlines()[1] == SEED_LINE and text.splitlines()[2] == "HALT"
+    assert text.splitlines()[1] == PUBLISHED_LINE and text.splitlines()[2] == "HALT"
     assert assemble(text) == program
     assert assemble(isa.format_listing(program)) == program   # numbered lines too
 
@@ -143,9 +143,9 @@ def test_encoding_sizes_and_a_known_word():
     assert encode([build("HALT")]) == [0]
     assert len(encode([build("LD", dst=0, src=0, len=1)])) == 2
     assert len(encode([build("RQ", dst=0, src=0, len=1, m=1, s=1)])) == 3
-    assert len(encode([assemble(SEED_LINE)])) == 4
+    assert len(encode([assemble(PUBLISHED_LINE)])) == 4
     # MM: opcode 3, M=1 at bit 24, N=4 at bit 21, K=16 at bit 14; dst|A; B|lda; ldb|ldc
-    assert encode([assemble(SEED_LINE)]) == [(3 << 28) | (1 << 24) | (4 << 21) | (16 << 14),
+    assert encode([assemble(PUBLISHED_LINE)]) == [(3 << 28) | (1 << 24) | (4 << 21) | (16 << 14),
                                             (2816 << 16) | 0, (512 << 16) | 16, (16 << 16) | 4]
 
 

@@ -8,12 +8,12 @@ import pytest
 
 from ga2 import attn, checks, mutants
 from ga2.mutants import EQUIVALENT, MUTANTS, BadAnchor, Mutant
-from ga2_seed_figures import SEED_EQUIVALENT, SEED_MUTATION_TABLE, SEED_MUTATION_TOTALS
+from published_figures import PUBLISHED_EQUIVALENT, PUBLISHED_MUTATION_TABLE, PUBLISHED_MUTATION_TOTALS
 
 
 def test_labels_are_the_seeds():
-    assert [m.label for m in MUTANTS] == list(SEED_MUTATION_TABLE)
-    assert [m.label for m in EQUIVALENT] == SEED_EQUIVALENT
+    assert [m.label for m in MUTANTS] == list(PUBLISHED_MUTATION_TABLE)
+    assert [m.label for m in EQUIVALENT] == PUBLISHED_EQUIVALENT
 
 
 @pytest.mark.parametrize("mutant", MUTANTS + EQUIVALENT, ids=lambda m: m.label[:50])
@@ -84,13 +84,13 @@ def test_the_mutation_table_of_the_seed(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     table = json.loads(out.read_text())
     got = {row["label"]: (row["caught"]["b"], row["caught"]["c"], row["caught"]["d"]) for row in table["mutants"]}
-    assert got == SEED_MUTATION_TABLE
-    assert [row["label"] for row in table["equivalent"]] == SEED_EQUIVALENT
+    assert got == PUBLISHED_MUTATION_TABLE
+    assert [row["label"] for row in table["equivalent"]] == PUBLISHED_EQUIVALENT
     assert all(not any(row["caught"].values()) for row in table["equivalent"])
     summary = table["summary"]
     assert (summary["b"], summary["c"], summary["d"], summary["any"], summary["mutants"]) == (
-        SEED_MUTATION_TOTALS["b"], SEED_MUTATION_TOTALS["c"], SEED_MUTATION_TOTALS["d"], SEED_MUTATION_TOTALS["any"],
-        SEED_MUTATION_TOTALS["of"])
+        PUBLISHED_MUTATION_TOTALS["b"], PUBLISHED_MUTATION_TOTALS["c"], PUBLISHED_MUTATION_TOTALS["d"], PUBLISHED_MUTATION_TOTALS["any"],
+        PUBLISHED_MUTATION_TOTALS["of"])
     assert "caught: (b) accuracy bound 21 of 23; (c) exact integer reference 15 of 23; " \
            "(d) stage-wise real-number check 22 of 23; by any of them 23 of 23" in run.stdout
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from ga2.quant import (dequantize, mantissa_shift, matmul_int8, quantize, requant, round_half_away, saturate,
                        scale_for)
 from ga2.softmax import EXP_TABLE, softmax_fixed, softmax_fixed_array, softmax_float
-from ga2_seed_figures import SEED_SOFTMAX_IN, SEED_SOFTMAX_OUT, SEED_WEIGHTS_INT8, SEED_WEIGHTS_RQ
+from published_figures import PUBLISHED_SOFTMAX_IN, PUBLISHED_SOFTMAX_OUT, PUBLISHED_WEIGHTS_INT8, PUBLISHED_WEIGHTS_RQ
 
 SETTINGS = settings(max_examples=200, derandomize=True, deadline=None, database=None)
 
@@ -46,7 +46,7 @@ def test_quantization_error_is_at_most_half_a_level(values):
 
 # ---------------------------------------------------------------- requantizer parameters
 def test_mantissa_shift_of_the_weights_requantizer():
-    assert mantissa_shift(127 / 65536) == SEED_WEIGHTS_RQ == (16646144, 33)
+    assert mantissa_shift(127 / 65536) == PUBLISHED_WEIGHTS_RQ == (16646144, 33)
 
 
 @SETTINGS
@@ -90,10 +90,10 @@ def test_matmul_int8_is_exact_and_checks_its_operands():
 
 # ---------------------------------------------------------------- the softmax unit
 def test_softmax_fixed_running_example_a():
-    assert softmax_fixed(SEED_SOFTMAX_IN) == SEED_SOFTMAX_OUT
-    assert sum(SEED_SOFTMAX_OUT) == 65536
+    assert softmax_fixed(PUBLISHED_SOFTMAX_IN) == PUBLISHED_SOFTMAX_OUT
+    assert sum(PUBLISHED_SOFTMAX_OUT) == 65536
     # the int8 weights of example A: probabilities times 127, rounded
-    assert requant(np.array(SEED_SOFTMAX_OUT), *mantissa_shift(127 / 65536)).tolist() == SEED_WEIGHTS_INT8
+    assert requant(np.array(PUBLISHED_SOFTMAX_OUT), *mantissa_shift(127 / 65536)).tolist() == PUBLISHED_WEIGHTS_INT8
 
 
 def test_exp_table():

@@ -14,7 +14,7 @@ from ga2.limits import ProgramError
 from ga2.machine import Machine
 from ga2.rtl import circuit, compare, images, simulators, sources
 
-from ga2_seed_figures import SEED_CYCLE_TABLE, SEED_SOFTMAX_IN, SEED_SOFTMAX_OUT
+from published_figures import PUBLISHED_CYCLE_TABLE, PUBLISHED_SOFTMAX_IN, PUBLISHED_SOFTMAX_OUT
 from rtl_support import icarus, require, simulator  # noqa: F401  (fixtures)
 
 HALT = build("HALT")
@@ -34,7 +34,7 @@ def test_the_ten_attention_programs_match_the_model_and_the_seed_table(simulator
     for case, run in zip(cases, runs):
         assert compare.first_difference(run, compare.model_run(case)) is None
         L, variant = case.label[2:].split()
-        instr, total, matrix, dma, vector = SEED_CYCLE_TABLE[(int(L), variant)]
+        instr, total, matrix, dma, vector = PUBLISHED_CYCLE_TABLE[(int(L), variant)]
         assert run.counters == CycleCounts(total, matrix, dma, vector, instr)
     assert sum(run.total for run in runs) == 53_292
     # the step computed both ways gives the same output, on the circuit too
@@ -45,7 +45,7 @@ def test_the_ten_attention_programs_match_the_model_and_the_seed_table(simulator
 
 # ---------------------------------------------------------------- every instruction's cost
 def _spec_wait(ins) -> int:
-    """The wait of the spec's cycle table, written out from ga2-spec.md."""
+    """The wait of the spec's cycle table, written out from ga2/SPEC.md."""
     f = ins.fields
     if ins.op == "LD":
         return f["len"] + 9
@@ -90,12 +90,12 @@ def test_halt_alone_costs_its_two_issue_cycles(simulator):
 def test_softmax_unit_gives_the_running_example(simulator):
     # scores in the low bytes; the other bytes of the words must not matter
     spad = np.zeros(sources.SPAD_WORDS, dtype=np.int64)
-    spad[40:44] = [(0x5A5A5A00 | (x & 0xFF)) for x in SEED_SOFTMAX_IN]
-    spad[100:104] = SEED_SOFTMAX_IN
+    spad[40:44] = [(0x5A5A5A00 | (x & 0xFF)) for x in PUBLISHED_SOFTMAX_IN]
+    spad[100:104] = PUBLISHED_SOFTMAX_IN
     program = [build("SM", dst=200, src=40, len=4), build("SM", dst=300, src=100, len=4), HALT]
     (run,) = rtl.run([(program, None, spad)], sim=simulator)
-    assert run.spad[200:204].tolist() == SEED_SOFTMAX_OUT
-    assert run.spad[300:304].tolist() == SEED_SOFTMAX_OUT
+    assert run.spad[200:204].tolist() == PUBLISHED_SOFTMAX_OUT
+    assert run.spad[300:304].tolist() == PUBLISHED_SOFTMAX_OUT
 
 
 def test_softmax_unit_over_the_whole_score_range(simulator):

@@ -217,13 +217,13 @@ def test_the_gradebook_columns_are_the_results_entries(tmp_path):
 # ------------------------------------------------------------------ part 1
 
 # What the mutation table of the course on the GA-2 accelerator says of three of its mutants.
-SEED_TABLE = {"scores: the 1/sqrt(d) factor is left out": {"b", "d"},
+PUBLISHED_MUTATION_ROWS = {"scores: the 1/sqrt(d) factor is left out": {"b", "d"},
               "q requantization scale is 3% too large": {"d"},
               "the output is stored from the int32 accumulators": {"b", "c"}}
 
 
 def test_part_1_is_graded_against_what_the_checks_do(monkeypatch):
-    for label, caught in SEED_TABLE.items():
+    for label, caught in PUBLISHED_MUTATION_ROWS.items():
         assert ex.truth(label) == caught
     # every check stops at 24 tokens, and a change that bites only past them escapes all four
     assert ex.truth("the score loop stops after 6 tiles (24 positions)") == frozenset()

@@ -348,3 +348,12 @@ def test_what_the_cache_hands_out_are_copies():
         entry["k"][:] = 7.0
         entry["v"][:] = 7.0
     assert_unchanged(kv, before)
+
+
+def test_refusals_print_plain_numbers():
+    """A refusal names its rows as Python writes them ([1, 1]), never numpy's reprs
+    ([np.int64(1), np.int64(1)]), whatever type the rows came in."""
+    cache = ContiguousLayerCache(2, G, D_HEAD, 8, capacity=3)
+    with pytest.raises(ValueError) as refused:
+        cache.select(np.array([1, 1]))
+    assert str(refused.value) == "select takes distinct rows, got [1, 1] (reorder repeats rows)"

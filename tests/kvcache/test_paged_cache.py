@@ -342,3 +342,12 @@ def test_decode_attention_equals_the_kernel_s_paged_walk():
                                                int(kv.lengths[b]))
                 assert visited == blocks_for(int(kv.lengths[b]), block_size)
                 np.testing.assert_allclose(ours[b], walked, rtol=1e-12, atol=1e-13)
+
+
+def test_a_refused_step_counts_its_sequences_in_words():
+    """One sequence is "1 sequence", two are "2 sequences"."""
+    for batch, words in ((1, "over 1 sequence:"), (2, "over 2 sequences:")):
+        kv = paged(batch, max_len=30, block_size=3, num_blocks=2)
+        with pytest.raises(OutOfBlocks) as refused:
+            kv.reserve([7] * batch)
+        assert words in str(refused.value), str(refused.value)

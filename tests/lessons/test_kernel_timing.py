@@ -166,3 +166,37 @@ def test_the_benchmark_runs_its_three_parts_on_small_buffers(monkeypatch, capsys
     assert "16,384 positions (K and V 16 MiB)" in out and "4,096 positions (K and V 4 MiB)" in out
     gaps = [float(part.split()[0]) for part in out.split("largest difference between split-K and one pass: ")[1:]]
     assert len(gaps) == 2 and max(gaps) < 1e-5
+
+
+def test_the_reading_says_where_the_long_context_was_read_from():
+    # a long context inside the last-level cache: the words name the cache, not only memory
+    inside = kt.plan_split_k(MachineFacts(usable_cpus=2, llc_bytes=480 * MIB, mem_available_bytes=24 * GIB))
+    assert inside.context("long").where.startswith("inside")
+    words = kt.split_k_reading(result(inside, [0.59, 0.88, 1.05]))
+    assert words == ("Neither long context gained: two threads read neither the last-level cache nor main "
+                     "memory faster than one did, or the other cores were busy with other work.")
+    assert "as fast as this machine's memory allowed" not in words
+    # a long context itself beyond the last-level cache, beside the memory one: main memory alone
+    import dataclasses
+    long_beyond = dataclasses.replace(inside.context("long"), where="beyond the last-level cache")
+    beyond = dataclasses.replace(inside, contexts=tuple(long_beyond if c.name == "long" else c
+                                                        for c in inside.contexts))
+    assert kt.split_k_reading(result(beyond, [0.59, 0.88, 1.05])) == (
+        "Neither long context gained: two threads read main memory no faster than one did, or the other "
+        "cores were busy with other work.")
+
+
+def serial_row(plan, serial_seconds):
+    """The long context's row with one pass 1 s and the chunks in turn ``serial_seconds``."""
+    return kt.SplitKRow(plan.context("long"), 1.0, 1.0, serial_seconds, 1e-9)
+
+
+def test_the_cost_of_splitting_is_named_only_when_it_was_measured():
+    plan = kt.plan_split_k(MachineFacts(usable_cpus=2, llc_bytes=480 * MIB, mem_available_bytes=24 * GIB))
+    # 3.15 ms in turn against 3.30 ms in one pass: faster, inside the noise, no price measured
+    assert kt.splitting_cost_sentence(serial_row(plan, 3.15 / 3.30)) == (
+        "cost 0.95 times one pass, a difference inside the noise: no price of splitting was measured")
+    assert kt.splitting_cost_sentence(serial_row(plan, 1.40)) == (
+        "cost 1.40 times one pass: the price of splitting itself")
+    assert kt.splitting_cost_sentence(serial_row(plan, 0.70)) == (
+        "took 0.70 times one pass, less than one pass: no price of splitting was measured")

@@ -1,4 +1,4 @@
-"""lessons.roofline (the arithmetic of Chapter 4, pinned to seed 004) and lessons.bandwidth
+"""lessons.roofline (the arithmetic of Chapter 4, pinned to the figures of the guide to LLM inference on NVIDIA GPUs it follows) and lessons.bandwidth
 (the measurement, sanity-checked only: no assertion on a speed)."""
 import math
 
@@ -11,29 +11,29 @@ from lessons import bandwidth as bw
 from lessons.attention import attend
 from lessons.roofline import (GPU, GPUS, arithmetic_intensity, attainable_flops, attention_table,
                               batched_step_time, decode_attention_intensity, decode_weight_intensity,
-                              generation_time, prefill_time, seconds_2dp, seed_ms_per_token,
-                              seed_prefill_ms, seed_total_ms, time_per_token, weight_intensity)
+                              generation_time, prefill_time, seconds_2dp, guide_ms_per_token,
+                              guide_prefill_ms, guide_total_ms, time_per_token, weight_intensity)
 
-# Seed 004's figures, as printed there.
-SEED_OPS_PER_BYTE_A10 = "208.3"
-SEED_ATTENTION_INTENSITY = 62                         # "62 operations per byte"
-SEED_MS_PER_TOKEN = {"T4": 46, "A10": 23, "A100": 6}
-SEED_PREFILL_MS = {"T4": 75, "A10": 39, "A100": 16}
-SEED_TOTAL_S = {"T4": "6.98", "A10": "3.49", "A100": "0.92"}
+# The guide's figures, as printed there.
+GUIDE_OPS_PER_BYTE_A10 = "208.3"
+GUIDE_ATTENTION_INTENSITY = 62                         # "62 operations per byte"
+GUIDE_MS_PER_TOKEN = {"T4": 46, "A10": 23, "A100": 6}
+GUIDE_PREFILL_MS = {"T4": 75, "A10": 39, "A100": 16}
+GUIDE_TOTAL_S = {"T4": "6.98", "A10": "3.49", "A100": "0.92"}
 # The exact values behind them (7B in fp16, 350-token prompt, 150 new tokens).
 EXACT_MS_PER_TOKEN = {"T4": 46.67, "A10": 23.33, "A100": 6.87}
 EXACT_PREFILL_MS = {"T4": 75.38, "A10": 39.20, "A100": 15.71}
 EXACT_TOTAL_S = {"T4": "7.08", "A10": "3.54", "A100": "1.05"}
 
 
-def test_gpu_specs_from_the_seed():
+def test_gpu_specs_from_the_guide():
     assert (GPUS["T4"].bandwidth, GPUS["T4"].flops, GPUS["T4"].memory_bytes) == (300e9, 65e12, 16 * 10**9)
     assert (GPUS["A10"].bandwidth, GPUS["A10"].flops, GPUS["A10"].memory_bytes) == (600e9, 125e12, 24 * 10**9)
     assert (GPUS["A100"].bandwidth, GPUS["A100"].flops, GPUS["A100"].memory_bytes) == (2039e9, 312e12, 80 * 10**9)
 
 
 def test_ops_per_byte():
-    assert f"{GPUS['A10'].ops_per_byte:.1f}" == SEED_OPS_PER_BYTE_A10
+    assert f"{GPUS['A10'].ops_per_byte:.1f}" == GUIDE_OPS_PER_BYTE_A10
     assert f"{GPUS['T4'].ops_per_byte:.1f}" == "216.7"
     assert f"{GPUS['A100'].ops_per_byte:.1f}" == "153.0"
 
@@ -48,9 +48,9 @@ def test_attention_table_lines():
     assert sum(r["load"] + r["store"] for r in rows) == 138_412_032
 
 
-def test_attention_intensity_seed():
+def test_attention_intensity_as_the_guide_gives_it():
     ai = arithmetic_intensity(4096, 128, 2)
-    assert round(ai) == SEED_ATTENTION_INTENSITY
+    assert round(ai) == GUIDE_ATTENTION_INTENSITY
     assert f"{ai:.2f}" == "62.42"
     assert ai < GPUS["A10"].ops_per_byte
 
@@ -66,28 +66,39 @@ def test_decode_intensities_are_about_one():
     assert weight_intensity(350) == 350.0
 
 
-def test_time_per_token_exact_and_as_the_seed_printed_it():
+def test_grouped_query_attention_multiplies_the_decode_intensity_by_the_group():
+    # SmolLM2: 9 query heads over 3 key/value heads of 64, fp16, 4,096 cached tokens:
+    # 3 (4 * 64 + 3) 4096 / (2 (2 * 4096 * 64 + 2 * 3 * 64)) = 3,182,592 / 1,049,344
+    assert decode_attention_intensity(4096, 64, 2, queries_per_kv_head=3) == pytest.approx(3182592 / 1049344)
+    assert 3.0 < decode_attention_intensity(4096, 64, 2, queries_per_kv_head=3) < 3.04
+    assert decode_attention_intensity(4096, 128, 2, queries_per_kv_head=1) == decode_attention_intensity(4096, 128, 2)
+    for bad in (0, 1.5, -2):
+        with pytest.raises(ValueError):
+            decode_attention_intensity(4096, 64, 2, queries_per_kv_head=bad)
+
+
+def test_time_per_token_exact_and_as_the_guide_printed_it():
     for key, g in GPUS.items():
         t = time_per_token(7e9, 2, g.bandwidth)
         assert round(t * 1e3, 2) == EXACT_MS_PER_TOKEN[key]
-        assert seed_ms_per_token(t) == SEED_MS_PER_TOKEN[key]
+        assert guide_ms_per_token(t) == GUIDE_MS_PER_TOKEN[key]
 
 
-def test_prefill_time_exact_and_as_the_seed_printed_it():
+def test_prefill_time_exact_and_as_the_guide_printed_it():
     for key, g in GPUS.items():
         t = prefill_time(350, 7e9, g.flops)
         assert round(t * 1e3, 2) == EXACT_PREFILL_MS[key]
-        assert seed_prefill_ms(t) == SEED_PREFILL_MS[key]
+        assert guide_prefill_ms(t) == GUIDE_PREFILL_MS[key]
 
 
 def test_totals_for_150_tokens():
-    seed_ms = {}
+    guide_ms_total = {}
     for key, g in GPUS.items():
         tpt, pre = time_per_token(7e9, 2, g.bandwidth), prefill_time(350, 7e9, g.flops)
-        seed_ms[key] = seed_total_ms(pre, tpt, 150)
-        assert seconds_2dp(seed_ms[key]) == SEED_TOTAL_S[key]
+        guide_ms_total[key] = guide_total_ms(pre, tpt, 150)
+        assert seconds_2dp(guide_ms_total[key]) == GUIDE_TOTAL_S[key]
         assert f"{generation_time(350, 150, 7e9, 2, g):.2f}" == EXACT_TOTAL_S[key]
-    assert seed_ms == {"T4": 6975, "A10": 3489, "A100": 916}
+    assert guide_ms_total == {"T4": 6975, "A10": 3489, "A100": 916}
 
 
 def test_seconds_2dp_rounds_halves_up():
@@ -95,10 +106,10 @@ def test_seconds_2dp_rounds_halves_up():
     assert seconds_2dp(916) == "0.92"
 
 
-def test_seed_roundings():
-    assert seed_ms_per_token(0.0469999) == 46
-    assert seed_ms_per_token(0.023) == 23           # exact milliseconds are not truncated below
-    assert seed_prefill_ms(0.0155) == 16 and seed_prefill_ms(0.0154) == 15
+def test_guide_roundings():
+    assert guide_ms_per_token(0.0469999) == 46
+    assert guide_ms_per_token(0.023) == 23           # exact milliseconds are not truncated below
+    assert guide_prefill_ms(0.0155) == 16 and guide_prefill_ms(0.0154) == 15
 
 
 def test_roofline_and_batched_step():

@@ -24,6 +24,8 @@ def vendor(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "STAMP", tmp_path / "repo" / "book" / "_static" / "vendor" / ".vendored.json")
     monkeypatch.setattr(module, "PACKAGES", {})       # no npm here: the course's files alone
     monkeypatch.setattr(module, "COPIES", [])
+    monkeypatch.setattr(module, "ES_MODULES", {})     # nor the exercise pages' libraries
+    monkeypatch.setattr(module, "RUNTIME", False)     # nor their Python
     return module, source
 
 

@@ -1,11 +1,12 @@
-"""Figures of the seed chapter (seeds/002_05bfde2455ced0a4.txt), copied from its text.
+"""Figures of the published chapter that first ran this decode step on GA-2, copied from its text.
 
-These constants are the independent source the ga2 tests pin the model against: they
-were transcribed from the seed's printed outputs, never produced by this project's code.
+These constants are the independent source the ga2 tests pin the model against: they were
+transcribed from that chapter's printed outputs, never produced by this project's code.  The
+machine they follow from is ``ga2/SPEC.md``.
 """
 
 # "Below is the cached program for the third token, as assembled" (ch08_run.py, section 1).
-SEED_LISTING_L3 = """\
+PUBLISHED_LISTING_L3 = """\
 0 LD dst=0 src=32 len=16
 1 LD dst=512 src=512 len=768
 2 LD dst=1792 src=2048 len=32
@@ -40,10 +41,10 @@ SEED_LISTING_L3 = """\
 31 HALT
 """
 
-SEED_INSTRUCTIONS_L3 = {"cached": 32, "recompute": 28}
+PUBLISHED_INSTRUCTIONS_L3 = {"cached": 32, "recompute": 28}
 
 # "what the KV cache saves" (section 3): L, program -> (instr, total, matrix, DMA, vector).
-SEED_CYCLE_TABLE = {
+PUBLISHED_CYCLE_TABLE = {
     (2, "cached"): (31, 2601, 1498, 906, 133),
     (2, "recompute"): (27, 2723, 1666, 836, 165),
     (4, "cached"): (31, 2759, 1582, 970, 143),
@@ -55,34 +56,34 @@ SEED_CYCLE_TABLE = {
     (32, "cached"): (38, 5251, 3024, 1866, 283),
     (32, "recompute"): (90, 15989, 13216, 1316, 1275),
 }
-SEED_SPEEDUP = {2: 1.05, 4: 1.18, 8: 1.63, 16: 2.28, 32: 3.04}
+PUBLISHED_SPEEDUP = {2: 1.05, 4: 1.18, 8: 1.63, 16: 2.28, 32: 3.04}
 
 # "where the cycles go in one cached step at L = 32" (section 4): op -> (instructions, cycles).
-SEED_BREAKDOWN_L32 = {"MM": (24, 3072), "LD": (4, 1820), "RQ": (6, 152), "SM": (1, 145), "ST": (3, 60)}
-SEED_BREAKDOWN_PERCENT = {"MM": 58.5, "LD": 34.7, "RQ": 2.9, "SM": 2.8, "ST": 1.1}
-SEED_BREAKDOWN_TOTAL = 5249  # HALT's 2 cycles are not in it
+PUBLISHED_BREAKDOWN_L32 = {"MM": (24, 3072), "LD": (4, 1820), "RQ": (6, 152), "SM": (1, 145), "ST": (3, 60)}
+PUBLISHED_BREAKDOWN_PERCENT = {"MM": 58.5, "LD": 34.7, "RQ": 2.9, "SM": 2.8, "ST": 1.1}
+PUBLISHED_BREAKDOWN_TOTAL = 5249  # HALT's 2 cycles are not in it
 
 # Running example B: t -> (cached, recompute, ratio), and the 32-token totals.
-SEED_EXAMPLE_B = {
+PUBLISHED_EXAMPLE_B = {
     1: (2500, 2460, 0.98), 2: (2601, 2723, 1.05), 3: (2680, 2986, 1.11), 4: (2759, 3249, 1.18),
     6: (2957, 4543, 1.54), 8: (3115, 5069, 1.63), 12: (3471, 6889, 1.98), 16: (3827, 8709, 2.28),
     24: (4539, 12349, 2.72), 32: (5251, 15989, 3.04),
 }
-SEED_TOTAL_CACHED_32 = 124_346
-SEED_TOTAL_RECOMPUTE_32 = 295_184
-SEED_TOTAL_RATIO_32 = 2.37
-SEED_GROWTH_PER_TOKEN = {"cached": 89, "recompute": 436}
+PUBLISHED_TOTAL_CACHED_32 = 124_346
+PUBLISHED_TOTAL_RECOMPUTE_32 = 295_184
+PUBLISHED_TOTAL_RATIO_32 = 2.37
+PUBLISHED_GROWTH_PER_TOKEN = {"cached": 89, "recompute": 436}
 
 # Running example A: the integer softmax of the scores x 16.
-SEED_SOFTMAX_IN = [11, 6, 17, -11]
-SEED_SOFTMAX_OUT = [19054, 13940, 27724, 4818]
-SEED_WEIGHTS_INT8 = [37, 27, 54, 9]
+PUBLISHED_SOFTMAX_IN = [11, 6, 17, -11]
+PUBLISHED_SOFTMAX_OUT = [19054, 13940, 27724, 4818]
+PUBLISHED_WEIGHTS_INT8 = [37, 27, 54, 9]
 
-# The weights' requantizer (ga2-spec.md).
-SEED_WEIGHTS_RQ = (16646144, 33)
+# The weights' requantizer (ga2/SPEC.md).
+PUBLISHED_WEIGHTS_RQ = (16646144, 33)
 
 # The accuracy study: stage -> (mean %, worst %), L = 16, 60 examples (seeds 5000 + i).
-SEED_STAGE_ERRORS = [
+PUBLISHED_STAGE_ERRORS = [
     ("all floating point", 0.00, 0.00),
     ("+ int8 inputs and weights", 1.69, 4.87),
     ("+ int8 q, k, v", 1.96, 5.74),
@@ -92,11 +93,11 @@ SEED_STAGE_ERRORS = [
     ("+ int8 output", 3.47, 8.52),
 ]
 # ... and by context length: L -> (mean %, worst %), 30 examples each (seeds 9000 + 100 L + i).
-SEED_LENGTH_ERRORS = {1: (1.02, 1.98), 2: (1.68, 3.81), 4: (2.36, 7.24), 8: (2.63, 5.22), 16: (3.30, 6.30),
+PUBLISHED_LENGTH_ERRORS = {1: (1.02, 1.98), 2: (1.68, 3.81), 4: (2.36, 7.24), 8: (2.63, 5.22), 16: (3.30, 6.30),
                       24: (4.68, 11.39), 32: (4.59, 8.04)}
 
 # The mutation table: label -> caught by (b) accuracy, (c) exact, (d) stage-wise.
-SEED_MUTATION_TABLE = {
+PUBLISHED_MUTATION_TABLE = {
     "scores: the 1/sqrt(d) factor is left out": (True, False, True),
     "scores: the factor 16 (Q4.4 input of the softmax) is left out": (True, False, True),
     "weights: the factor 127 is left out": (True, False, True),
@@ -121,8 +122,8 @@ SEED_MUTATION_TABLE = {
     "the output requantization covers 8 of 16 values": (True, True, True),
     "the output is stored from the int32 accumulators": (True, True, False),
 }
-SEED_MUTATION_TOTALS = {"b": 21, "c": 15, "d": 22, "any": 23, "of": 23}
-SEED_EQUIVALENT = [
+PUBLISHED_MUTATION_TOTALS = {"b": 21, "c": 15, "d": 22, "any": 23, "of": 23}
+PUBLISHED_EQUIVALENT = [
     "EQUIVALENT: the last score tile always computes 4 positions (extra scores are never read)",
     "EQUIVALENT: the last projection block always computes 4 rows (extra rows are never read)",
 ]
