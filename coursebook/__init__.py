@@ -20,8 +20,8 @@ A chapter's visible code should teach; the plumbing lives here, out of the reade
   (the course never shows an answer);
 * ``rel_err``, and the words that describe a measured figure (``times_word``, ``relation_word``,
   ``growth_word``, ``against_prediction``; on a shared machine ``noise_times_word``, ``change_words``,
-  ``against_its_prediction`` and ``where_the_gap_is``, which call a difference within ``NOISE``
-  noise), so that the text stays true on a slow or a busy
+  ``against_its_prediction``, ``where_the_gap_is`` and ``quotient_gap``, which call a difference
+  within ``NOISE`` noise), so that the text stays true on a slow or a busy
   machine; ``and_join`` lists items for a sentence ("1, 2, 3 and 5");
 * ``coursebook.figures``: the chapters' diagrams of the engine (a batch's cache rows, a paged
   pool, a beam tree, GA-2's cycles by unit), and ``coursebook.widgets``: the controls that work on
@@ -36,8 +36,8 @@ from .display import (Table, TextBlocks, fields_table, graded_names, matrix, sho
                       text_blocks, vec)
 from .glue import glue_all, glue_prose
 from .numbers import (NOISE, against_its_prediction, against_prediction, and_join, change_words, growth_word,
-                      quotient_gap,
-                      noise_times_word, rel_err, relation_word, times_word, where_the_gap_is, within_noise)
+                      noise_times_word, quotient_gap, rel_err, relation_word, times_word, where_the_gap_is,
+                      within_noise)
 from .style import setup
 
 __all__ = ["setup", "glue_all", "glue_prose", "Table", "table", "fields_table", "matrix", "vec", "show_source",

@@ -6,7 +6,7 @@
 - ``gradescope``: one Gradescope autograder zip per exercise (``make autograder``), the grader
   packed with that exercise's hidden tests only.
 
-``python -m coursetools release|autograder`` runs them (``python -m graders release|autograder``
+``python -m coursetools release|autograder`` (``cli``, reached by ``__main__``) runs them (``python -m graders release|autograder``
 does the same).  What they know of the exercises comes from ``course.catalogue``.  Nothing of
 this package is shipped: the learner's copy and the autograders leave it out.
 """

@@ -14,6 +14,13 @@ The real model (SmolLM2-135M-Instruct from its GGUF file), for the chapters that
     chat           the model read once per process, its file's metadata and tensor types, chat
                    prompts, replies as text and the rows alive per step (chapters 5 and 6)
 
+A measured figure said in words, true whatever the machine measured (chapters 5 and 6):
+
+    padding        a padded prefill's time against the packed one's, against their token count
+    shrinking_batch  a decode step's time as sequences leave the batch, against its FLOPs
+    batching_wait  what waiting to fill a batch bought in tokens per second, against the fill
+    prefix_sharing  the prefix every chat prompt shares, and the requests that found more cached
+
 Formulas (pure arithmetic, pinned to published figures by the tests):
 
     memory         the bytes of a KV cache, and how many sequences fit beside the weights (chapter 3)
@@ -30,9 +37,14 @@ time whatever the machine:
     precision      float32, bfloat16, float16 and int8 on the real model: bits, bytes, error
                    (KL divergence, top-1 agreement, perplexity) and decode time (chapter 4)
 
+The accelerator GA-2 (Part IV):
+
+    circuit_check  GA-2's attention programs run on the Verilog circuit (when Icarus Verilog is
+                   installed) and on its model, their counters and memories compared (chapter 10)
+
 Making the cache smaller (Part V), on the real model:
 
-    reference_text the fixed English text every chapter of the part measures on (three sections
+    reference_text  the fixed English text every chapter of the part measures on (three sections
                    of the Python Language Reference, PSF license), its source and license
     harness        a smaller cache judged against the full float32 cache on that text: mean KL,
                    top-1 agreement, perplexity, and the bytes per token it keeps

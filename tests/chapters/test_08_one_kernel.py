@@ -1,10 +1,10 @@
 """Chapter 8 (one kernel over a fixed buffer), its exercise blocked_decode and the exercise's
 public checks.
 
-The chapter is read as the book's build executed it (and executed once more as if on a one-core machine
-with little free memory); the numbers its text states through glue are read back and pinned:
-the note's figures (a 32-token prompt, head size 8, a decode step at 33, a buffer of 4096 rows),
-the counts that follow from them, and agreement with plain attention to float64 rounding.
+The chapter is read as the book's build executed it (and executed here once more as if on a
+one-core machine with little free memory); the numbers its text states through glue are read back
+and pinned: the note's figures (a 32-token prompt, head size 8, a decode step at 33, a buffer of
+4096 rows), the counts that follow from them, and agreement with plain attention to float64 rounding.
 Measured times are checked for being positive and finite, and the words that describe them for
 agreeing with the figures; no speed is asserted.
 """

@@ -1,9 +1,9 @@
 """Chapter 11, testing the tests: the mutation table run on the page, and its figures.
 
-The notebook is read as the book's build executed it; the numbers
-its text states through glue are read back and pinned against the figures of the mutation study
-the chapter reproduces (the course on the GA-2 accelerator that ran the same 23 mutants against
-the same three checks), written here as constants.  The page must also keep the course's rule:
+The notebook is read as the book's build executed it; the numbers its text states through glue
+are read back and pinned against the figures of the mutation study the chapter reproduces (the
+course on the GA-2 accelerator that ran the same 23 mutants against the same three checks),
+written here as constants.  The page must also keep the course's rule:
 it shows the mutants as one-line changes, never the source of the builder's attention tail or of
 a graded function.
 """

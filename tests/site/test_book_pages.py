@@ -19,6 +19,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from IPython.core.inputtransformer2 import TransformerManager
 
 import coursebook
 from coursetools.answer_leaks import describe, find_leaks
@@ -214,7 +215,8 @@ def chapter_functions() -> dict[str, list[str]]:
         for cell in nb["cells"]:
             if cell["cell_type"] != "code":
                 continue
-            for node in ast.walk(ast.parse("".join(cell["source"]))):
+            # a cell may run a line magic (%run -m kvcache ...): read it as the kernel runs it
+            for node in ast.walk(ast.parse(TransformerManager().transform_cell("".join(cell["source"])))):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     defined.setdefault(node.name, []).append(name)
                 elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
