@@ -114,8 +114,9 @@ def make_release(out: Path, root: Path | None = None) -> list[str]:
     try:
         needed = _copy_exercises(root, tmp, report)
         left_out = _left_out_modules()
-        needed |= _copy_chapters(root, tmp, report, left_out)
-        _copy_packages(root, tmp, needed, report)
+        importing = _importing_left_out(root, left_out)
+        needed |= _copy_chapters(root, tmp, report, left_out + sorted(importing))
+        _copy_packages(root, tmp, needed, report, importing)
         _copy_model_requirements(root, tmp, report)
         _word_for_the_class(tmp, report)
         _copy_book(root, tmp, report)
@@ -178,10 +179,13 @@ def _copy_exercises(root: Path, tmp: Path, report: list[str]) -> set[str]:
     return imports
 
 
-def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) -> None:
+def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str],
+                   importing: dict[str, str] | None = None) -> None:
     """Copy the course packages the exercises, the chapters and the public checks import, and
     what those import in turn (found, never listed: a module that moves to another package is
-    followed there); ``answers``, which puts the learner's answers into the engines, always."""
+    followed there); ``answers``, which puts the learner's answers into the engines, always.
+    A module that imports a left-out one at its top (``importing``: module -> what it imports) is
+    left out too: it could not be imported in the copy."""
     packages = ["public_checks"] + (["answers"] if (root / "answers" / "__init__.py").exists() else [])
     queue = set(imports) | set(packages)
     for src in (root / "public_checks").glob("*.py"):
@@ -201,6 +205,11 @@ def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) 
     for name in packages:
         _copy_tree(root / name, tmp / name)
         report += _strip_counterparts(tmp, name)
+        for module, needs in sorted((importing or {}).items()):
+            path = _module_path(tmp, module) if module.split(".")[0] == name else None
+            if path is not None:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                report.append(f"  {module}: left out (it imports {needs}, left out)")
         if name not in ("public_checks", "answers"):         # an engine: its answers become starters
             report += _strip_graded(tmp, name)
     report.append(f"packages: {', '.join(packages)}")
@@ -394,6 +403,55 @@ def _strip_graded(tmp: Path, package: str) -> list[str]:
 def _left_out_modules() -> list[str]:
     """The modules the release leaves out (an exercise's module counterparts: ``ga2.rtl``)."""
     return sorted(part.module for part in counterparts() if not part.qualname)
+
+
+def _top_imports(source: str, module: str, is_package: bool) -> set[str]:
+    """The dotted modules a module imports at its top, when it is imported (relative ones resolved;
+    an import inside a function runs on demand and is not counted)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    package = module if is_package else module.rpartition(".")[0]
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            base = ".".join(filter(None, [base if node.level else "", node.module or ""]))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def _importing_left_out(root: Path, left_out: list[str]) -> dict[str, str]:
+    """{module: the left-out module it imports at its top} over the course's packages, to a fixed
+    point (a module importing one of those is in too): ``lessons.circuit_check`` imports ``ga2.rtl``."""
+    modules = {}
+    for init in sorted(root.glob("*/__init__.py")):
+        if init.parent.name in NEVER + NOT_COURSE_CODE:
+            continue
+        for src in init.parent.rglob("*.py"):
+            if SKIP_PARTS & set(src.parts):
+                continue
+            parts = src.relative_to(root).with_suffix("").parts
+            is_package = parts[-1] == "__init__"
+            name = ".".join(parts[:-1] if is_package else parts)
+            modules[name] = _top_imports(src.read_text(encoding="utf-8"), name, is_package)
+
+    def gone(module: str, out) -> str | None:
+        return next((m for m in out if module == m or module.startswith(m + ".")), None)
+
+    importing: dict[str, str] = {}
+    while True:
+        out = list(left_out) + list(importing)
+        new = {name: gone(i, out) for name, imports in modules.items()
+               if name not in importing and not gone(name, left_out)
+               for i in sorted(imports) if gone(i, out)}
+        if not new:
+            return importing
+        importing.update(new)
 
 
 def _imported_modules(source: str) -> set[str]:

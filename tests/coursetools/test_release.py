@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from coursetools.answer_leaks import describe, find_leaks, graded_functions
-from coursetools.release import ReleaseError, make_release
+from coursetools.release import ReleaseError, _importing_left_out, make_release
 
 PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
@@ -379,6 +379,23 @@ def test_the_chapters_come_as_notebooks_that_install_the_learners_answers(releas
                    and "import" in "".join(c["source"]) and "rtl" in "".join(c["source"]).split("import")[1])
     assert any("leaves out `ga2.rtl`" in "".join(c["source"]) for c in tenth["cells"] if c["cell_type"] == "markdown")
     assert any("cells of 10_decode_on_ga2.ipynb, 11_testing_the_tests.ipynb to read" in line for line in report)
+    # the chapter's own helper that imports the circuit goes too, and its import with it
+    assert not (out / "lessons" / "circuit_check.py").exists()
+    assert "  lessons.circuit_check: left out (it imports ga2.rtl, left out)" in report
+    assert not any("circuit_check" in "".join(c["source"]) for c in tenth["cells"] if c["cell_type"] == "code")
+
+
+def test_a_module_that_imports_a_left_out_one_is_left_out_too(tmp_path):
+    files = {"ga2/__init__.py": "", "ga2/rtl/__init__.py": "", "ga2/near.py": "from . import rtl\n",
+             "ga2/machine.py": "import numpy\n", "lessons/__init__.py": "",
+             "lessons/circuit.py": "from ga2 import rtl\n", "lessons/table.py": "from lessons.circuit import x\n",
+             "lessons/lazy.py": "def run():\n    from ga2 import rtl\n", "lessons/other.py": "from ga2 import machine\n",
+             "solutions/__init__.py": "", "solutions/uses.py": "from ga2.rtl import top\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert _importing_left_out(tmp_path, ["ga2.rtl"]) == {
+        "ga2.near": "ga2.rtl", "lessons.circuit": "ga2.rtl", "lessons.table": "lessons.circuit"}
 
 
 def test_the_learners_answers_run_in_the_copys_engine(release, tmp_path):
