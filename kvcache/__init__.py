@@ -27,6 +27,7 @@ Modules, one concept each:
     prefix        prefix sharing: full blocks named by their tokens and reused
     serving       ``Scheduler`` and ``serve``: requests admitted, run as one batch, finished, preempted
     generate      ``greedy`` and ``beam_search``, as transformers defines them
+    speculative   prompt-lookup decoding: drafts verified in one pass, the cache rolled back, greedy's tokens
     kernel        one attention kernel over a fixed buffer (``blocked_decode`` and its companions)
     cost          the FLOPs of a decode step, with the cache and without
     blas          the BLAS numpy calls: which one, how many threads, asking it for fewer

@@ -4,6 +4,7 @@
     python -m kvcache generate --random --prompt-ids 1 2 3 --prompt-ids 4 5
     python -m kvcache generate --model PATH --prompt "The cache" --beams 4
     python -m kvcache generate --random --prompt-ids 7 8 9 --cache-dtype int8 --max-new-tokens 64
+    python -m kvcache generate --model smollm2-135m-instruct --chat --prompt "Repeat: ..." --prompt-lookup 10
 
 ``--model`` takes the name of an installed model (``kvcache.models``), a GGUF file, or a folder
 written by transformers' ``save_pretrained`` (config.json and safetensors).  With a tokenizer
@@ -14,7 +15,10 @@ the model's EOS.  ``--random`` builds a random Llama model (sizes from the flags
 ``--prompt-ids`` or ``--prompt`` is one sequence of the batch.  A single text prompt decoded
 greedily is printed as it is generated, token by token.  Printed: the new tokens of each
 prompt, the prefill and decode speed in tokens per second, and the cache's bytes (allocated for
-L_max positions, and used).  ``--json`` prints the same as one JSON object.
+L_max positions, and used).  ``--prompt-lookup K`` decodes greedily with drafts of up to K
+tokens looked up in the text so far (``kvcache.speculative``): the same tokens, and printed
+with them the acceptance (draft tokens accepted / proposed, tokens per forward pass) and the
+tokens/s.  ``--json`` prints the same as one JSON object.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from .checkpoint import CheckpointError
 from .config import UnsupportedConfig
 from .generate import beam_search, greedy
 from .gguf_file import GGUFError
+from .speculative import greedy as speculative_greedy
 from .model import Model, StateDictError
 from .models import load_with_tokenizer
 from .tokenizer import TokenizerError
@@ -55,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--system", default=None, help="with --chat: a system turn before each prompt")
     gen.add_argument("--max-new-tokens", type=int, default=32)
     gen.add_argument("--beams", type=int, default=1, help="beam search with this many beams (1: greedy)")
+    gen.add_argument("--prompt-lookup", type=int, default=None, metavar="K",
+                     help="greedy decoding with drafts of up to K tokens found in the prompt and the "
+                          "text so far (speculative decoding: the same tokens, fewer forward passes)")
     gen.add_argument("--length-penalty", type=float, default=1.0)
     gen.add_argument("--early-stopping", choices=("true", "false", "never"), default="false")
     gen.add_argument("--eos", default=None,
@@ -175,6 +183,13 @@ def generate_command(args, show=None) -> dict:
     model, tokenizer = _model_and_tokenizer(args)
     prompts = _prompts(args, tokenizer)
     eos = _eos(args.eos, model)
+    if args.prompt_lookup is not None:
+        return _prompt_lookup_command(args, model, tokenizer, prompts, eos)
+    return _decode_command(args, show, model, tokenizer, prompts, eos)
+
+
+def _decode_command(args, show, model, tokenizer, prompts, eos) -> dict:
+    """``generate`` by greedy decoding or beam search, timed from its traces."""
     streaming = show is not None and tokenizer is not None and args.beams == 1 and len(prompts) == 1 \
         and bool(args.prompt)
     start = time.perf_counter()
@@ -201,6 +216,37 @@ def generate_command(args, show=None) -> dict:
     return result
 
 
+def _prompt_lookup_command(args, model, tokenizer, prompts, eos) -> dict:
+    """``generate --prompt-lookup K``: speculative greedy decoding, with its counts."""
+    if args.beams != 1:
+        raise ValueError("--prompt-lookup drafts for greedy decoding: it does not combine with --beams")
+    lookup: dict = {}
+    start = time.perf_counter()
+    outputs = speculative_greedy(model, prompts, args.max_new_tokens, eos, args.cache,
+                                 num_draft_tokens=args.prompt_lookup, stats=lookup, cache_dtype=args.cache_dtype)
+    total = time.perf_counter() - start
+    prefill_s, decode_s = lookup["prefill_seconds"], lookup["decode_seconds"]
+    decode_tokens = max(0, lookup["tokens"] - len(prompts))          # the prefill's tokens aside
+    lookup["num_draft_tokens"] = args.prompt_lookup
+    lookup["tokens_per_forward_pass"] = lookup["tokens"] / lookup["forward_passes"] if lookup["forward_passes"] else None
+    result = {
+        "outputs": outputs,
+        "prompt_tokens": sum(len(p) for p in prompts),
+        "new_tokens": sum(len(o) for o in outputs),
+        "seconds": total,
+        "prefill_tokens_per_s": sum(len(p) for p in prompts) / prefill_s if prefill_s > 0 else None,
+        "decode_tokens_per_s": decode_tokens / decode_s if decode_s > 0 else None,
+        "tokens_per_s": sum(len(o) for o in outputs) / total if total > 0 else None,
+        "cache": args.cache, "cache_dtype": args.cache_dtype or model.dtype.name,
+        "cache_bytes": int(lookup["cache_bytes"]), "cache_used_bytes": None,
+        "beams": 1, "eos_token_id": eos, "prompt_lookup": lookup,
+    }
+    if tokenizer is not None:
+        result["texts"] = [tokenizer.decode(o) for o in outputs]
+    result["streamed"] = False
+    return result
+
+
 def _print(result: dict) -> None:
     if result["streamed"]:
         print("\n")                            # end the streamed reply, then a blank line
@@ -216,8 +262,17 @@ def _print(result: dict) -> None:
     print(f"decode: {rate(result['decode_tokens_per_s'])} tokens/s "
           f"({result['new_tokens']} new tokens in {result['seconds']:.3f} s, "
           f"{rate(result['tokens_per_s'])} tokens/s overall)")
-    print(f"cache: {result['cache_bytes']:,} bytes allocated, {result['cache_used_bytes']:,} bytes used "
-          f"({result['cache']}, {result['cache_dtype']})")
+    lookup = result.get("prompt_lookup")
+    if lookup is not None:
+        share = f" ({lookup['accepted'] / lookup['proposed']:.0%})" if lookup["proposed"] else ""
+        per_pass = "n/a" if lookup["tokens_per_forward_pass"] is None else f"{lookup['tokens_per_forward_pass']:.2f}"
+        print(f"prompt lookup: {lookup['accepted']}/{lookup['proposed']} draft tokens accepted{share}, "
+              f"{per_pass} tokens per forward pass ({lookup['tokens']} tokens in {lookup['forward_passes']} "
+              f"passes), {rate(result['tokens_per_s'])} tokens/s")
+    used = result["cache_used_bytes"]
+    print(f"cache: {result['cache_bytes']:,} bytes allocated"
+          + ("" if used is None else f", {used:,} bytes used")
+          + f" ({result['cache']}, {result['cache_dtype']})")
 
 
 def main(argv=None) -> int:

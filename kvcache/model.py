@@ -501,9 +501,11 @@ class Model:
                          dtype=self.dtype.name if dtype is None else dtype, compute_dtype=self.compute_dtype,
                          capacity=capacity, **options)
 
-    def forward(self, tokens, counts, cache: KVCache) -> np.ndarray:
+    def forward(self, tokens, counts, cache: KVCache, every_token: bool = False) -> np.ndarray:
         """counts[b] new tokens for each sequence b of ``cache``; returns the logits after each
-        sequence's last new token, (B, V).  The cache grows by counts[b] positions per row.
+        sequence's last new token, (B, V), or with ``every_token`` after each new token, (N, V)
+        in the packed order (what speculative decoding verifies a draft with).  The cache grows
+        by counts[b] positions per row.
 
         tokens (N,) packed, sequence 0's first; N = sum(counts).  Everything is checked (token
         ids, counts, room in the cache) before anything is written.
@@ -512,15 +514,15 @@ class Model:
         counts = validate.step_counts(counts, cache.batch)
         if len(ids) != int(counts.sum()):
             raise ValueError(f"{len(ids)} tokens given for counts summing to {int(counts.sum())}")
-        return self._step(ids, counts, cache)
+        return self._step(ids, counts, cache, validate.flag(every_token, "every_token"))
 
-    def _step(self, ids: np.ndarray, counts: np.ndarray, cache: KVCache) -> np.ndarray:
+    def _step(self, ids: np.ndarray, counts: np.ndarray, cache: KVCache, every_token: bool = False) -> np.ndarray:
         """``forward`` on checked arguments: ids (N,) int64 in the vocabulary, counts (B,) >= 1
         summing to N."""
         self._check_positions(cache.lengths, counts)
         plan = cache.reserve(counts)
         x = self._hidden_cached(ids, plan, cache)
-        if not plan.is_decode:
+        if not plan.is_decode and not every_token:
             x = x[plan.offsets[1:] - 1]                                 # each row's last new token
         return self._head(x)
 

@@ -465,3 +465,30 @@ def test_public_check_data_agree_with_the_engine():
                 break
         else:
             pytest.fail(f"{key}: no stored mistake differs from the answer")
+
+
+# ---------------------------------------------------------------- an expert's reading
+
+
+def test_ch5_the_beam_candidates_follow_the_eos_count(ch5):
+    """One EOS id (the chat template's end of turn) and 3 beams: max(2, 1 + 1) * 3 = 6."""
+    _, g = ch5
+    assert (g["ch5_beam_n_eos"], g["ch5_beam_k"], g["ch5_beam_candidates"]) == ("1", "3", "6")
+    md = "\n".join(c.source for c in nbformat.read(CH5, as_version=4).cells if c.cell_type == "markdown")
+    flat = " ".join(md.split())
+    assert "best $2K$" not in flat and "$2K$ candidates per prompt" not in flat
+    assert "\\max(2, 1 + n_{\\mathrm{eos}})" in flat
+
+
+def test_ch5_the_interface_is_a_narrow_table_and_crop_says_what_it_takes():
+    md = "\n".join(c.source for c in nbformat.read(CH5, as_version=4).cells if c.cell_type == "markdown")
+    assert "| method | takes | does |" in md
+    assert "| method | in | out | what it guarantees | what it refuses |" not in md
+    for line in md.splitlines():
+        if line.startswith("| `") and "(" in line:
+            assert line.count("|") <= 4, line           # three columns, none a paragraph long
+            assert len(line) < 140, line
+    flat = " ".join(md.split())
+    assert "`Cache.crop(max_length)`" in flat and "a negative `max_length` removes that many tokens" in flat
+    assert "generation_utils#transformers.DynamicCache" in flat
+    assert "## Sources and further reading" in md

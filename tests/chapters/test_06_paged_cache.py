@@ -18,6 +18,7 @@ import json
 import math
 from collections import deque
 
+import nbformat
 import pytest
 
 from chapter_notebooks import (ROOT, assert_glue_references_resolve, assert_says_how_much_faster, chapter_path,
@@ -302,3 +303,28 @@ def test_ch6_waiting_trades_first_token_for_fuller_steps(chapter):
     assert 1 <= float(g["ch6_wait_high_fill_0"]) < float(g["ch6_wait_high_fill_32"]) <= 16
     assert float(g["ch6_wait_ms_32"]) > 0
     assert g["ch6_wait_measured"].startswith("Measured on the machine that built this page")
+
+
+# ---------------------------------------------------------------- an expert's reading
+
+
+def test_recomputing_is_equal_up_to_rounding_and_says_so(chapter):
+    _, g = chapter
+    assert (g["ch6_round_prompt"], g["ch6_round_new"]) == ("120", "80")
+    gap = float(g["ch6_round_gap"])
+    assert 0 < gap < 1e-5                         # float32 rounding: not zero, not an error
+    md = "\n".join(c.source for c in nbformat.read(CH6, as_version=4).cells if c.cell_type == "markdown")
+    flat = " ".join(md.split())
+    assert "Recomputing is exact because" not in flat
+    assert "equal up to rounding in floating point" in flat and "A greedy token can flip" in flat
+
+
+def test_vllm_is_described_as_its_documentation_describes_it():
+    md = "\n".join(c.source for c in nbformat.read(CH6, as_version=4).cells if c.cell_type == "markdown")
+    flat = " ".join(md.split())
+    assert "vLLM does this by default for single sequences" not in flat
+    assert "vLLM's current engine, V1, preempts only this way" in flat
+    for words in ("does not compare tokens on a hit", "SHA-256", "LoRA", "cache salt",
+                  "https://docs.vllm.ai/en/latest/design/prefix_caching/"):
+        assert words in flat, words
+    assert md[md.index("## Sources and further reading"):].count("](https://") >= 4
