@@ -65,7 +65,7 @@ def ch3():
 # ---------------------------------------------------------------- chapter 3
 
 
-def test_ch3_seed_figures(ch3):
+def test_ch3_source_figures(ch3):
     _, g = ch3
     for key, want in {**EXERCISE_FIGURES, **GA2_CHAPTER_FIGURES, **GUIDE_FIGURES_CH3}.items():
         assert g[key] == want, key

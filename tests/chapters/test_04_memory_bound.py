@@ -56,7 +56,7 @@ def ch4():
 # ---------------------------------------------------------------- chapter 4
 
 
-def test_ch4_seed_figures(ch4):
+def test_ch4_source_figures(ch4):
     _, g = ch4
     for key, want in GUIDE_FIGURES_CH4.items():
         assert g[key] == want, key
