@@ -17,8 +17,8 @@ Measures, in one run, with ``time.perf_counter`` wall time:
    one-core machine; goal:
    under 60 s), with the numpy machine and then with the naive one.  Both use the same
    checks and the same early exit (a mutant's run stops once every check has caught it), so
-   the ratio between them is the simulator's alone.  For scale, the seed's way of building
-   the table (three separate full runs per mutant, one per check, no early exit) is
+   the ratio between them is the simulator's alone.  For scale, the published GA-2 chapter's way
+   of building the table (three separate full runs per mutant, one per check, no early exit) is
    EXTRAPOLATED for both machines from measured runs of each check alone on the correct
    builder: 25 x (t_b + t_c + t_d) / workers.  The naive table is run
    in full when ``GA2_BENCH_NAIVE_TABLE`` is not ``0``; otherwise its time is extrapolated from
@@ -211,7 +211,7 @@ def main() -> int:
         print(f"  naive interpreter: ~{estimate:6.1f} s EXTRAPOLATED (table time x the check_pipeline ratio "
               f"{naive_pipeline / pipeline:.1f}; not run: GA2_BENCH_NAIVE_TABLE=0)")
 
-    print("\n== 4. for scale: the seed's way, three separate full runs per mutant (one per check), no early exit")
+    print("\n== 4. for scale: the published chapter's way, three separate full runs per mutant (one per check), no early exit")
     naive_builder = _naive_builder()
     for name, builder in (("numpy machine", attn), ("naive interpreter", naive_builder)):
         single = [_best_of(lambda kw=kw: checks.check_pipeline(builder, **kw), repeats=1)

@@ -21,11 +21,10 @@ DRAFT = 10
 NEW = 64
 ROUNDS = 3
 
-CODE = ("def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
-        "    return total / len(values)\n\n"
-        "def variance(values):\n    m = mean(values)\n    return sum((v - m) ** 2 for v in values) / len(values)\n")
+CODE = "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n"
 COPYING = [
-    "Repeat this code exactly, then stop:\n" + CODE,
+    # the model repeats this code verbatim (a longer function it rewrites rather than copies)
+    "Repeat this code exactly, adding a docstring to each function:\n" + CODE,
     "Correct the spelling in this text and write it out in full: The quick brown fox jumpd over the lazy dog. "
     "The dog didnt move, and the fox ran of into the forrest, where it found a smal river and drank from it.",
 ]

@@ -70,8 +70,9 @@ def _gaussian_draws(seed: int, generator: str):
     """A function ``draw(rows, cols, sd)`` of independent N(0, sd^2) values, row-major.
 
     ``"numpy"``: ``numpy.random.default_rng(seed)`` (the project's convention).
-    ``"python"``: ``random.Random(seed).gauss``, the generator of the seed chapter, drawn
-    in the same order (X, then Wq, Wk, Wv), which reproduces its data and so its figures.
+    ``"python"``: ``random.Random(seed).gauss``, the generator of the published GA-2
+    chapter, drawn in the same order (X, then Wq, Wk, Wv), which reproduces its data and so its
+    figures.
     """
     if generator == "numpy":
         rng = np.random.default_rng(seed)
@@ -271,8 +272,8 @@ class _Run(NamedTuple):
 class ProgramRun(_Run):
     """One program run: ``(program, ext_before, output)``, and its counters as ``.counters``.
 
-    As a tuple it is the seed's triple, so ``prog, ext_before, out8 = step["cached"]`` and
-    ``step["cached"][2]`` read it as the seed chapter does; ``counters`` (the machine's five
+    As a tuple it is the published chapter's triple, so ``prog, ext_before, out8 = step["cached"]``
+    and ``step["cached"][2]`` read it as that chapter does; ``counters`` (the machine's five
     counters after the run) rides along as an attribute, outside the tuple.  Left out, it is
     the cycle model's price of the program, which is what the machine counts.
     """

@@ -58,7 +58,7 @@ class Instr:
     """One instruction: ``op`` and the field values in ``FIELDS[op]`` order.
 
     Fields read by name: ``ins["dst"]`` or ``ins.dst``; ``ins.fields`` is a dict.  ``ins["op"]``
-    is the operation, so code written for instructions as dicts (the seed's) reads it too.
+    is the operation, so code written for instructions as dicts (the published chapter's) reads it too.
     Values are stored as given (``build`` turns integer-like values into ``int``),
     so an out-of-range or non-integer value survives until ``ga2.limits`` refuses it
     with the instruction's index.

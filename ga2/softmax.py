@@ -9,7 +9,7 @@ probabilities p_i, i.e. the real probability is p_i / 65536::
     p_i = (e_i * 65536 + z // 2) // z      (division rounded to nearest)
 
 The largest score always has e = 65536, so z >= 65536 and no p_i exceeds 65536.
-Example (the seed's running example A): [11, 6, 17, -11] -> [19054, 13940, 27724, 4818].
+Example (running example A of the published GA-2 chapter): [11, 6, 17, -11] -> [19054, 13940, 27724, 4818].
 """
 from __future__ import annotations
 

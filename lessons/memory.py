@@ -60,7 +60,7 @@ class ModelShape:
         return self.n_params * bytes_per_param
 
 
-# The three models of the seeds' tables.  The 70B-class model has 64 query heads that share
+# The three models of the tables of the published GA-2 chapter ("How big is a cache?").  The 70B-class model has 64 query heads that share
 # 8 key/value heads (grouped-query attention), which is why its cache per token is smaller
 # than the 7B's.
 MODELS = {
@@ -169,9 +169,9 @@ def format_bytes(n: int) -> str:
 def token_count_readings(bytes_per_token_: int = 524_288) -> list[dict]:
     """Ways of reading "about 10 GB spare" and "bytes per token", and the tokens each gives.
 
-    The seed for Chapter 3 divides the A10's spare memory by the 7B-class model's cache per
-    token and states 19,230 tokens.  Each row is one reading of the two numbers; ``tokens`` is
-    the whole number of tokens (floor).
+    The guide to LLM inference on NVIDIA GPUs that Chapter 3 follows divides the A10's spare
+    memory by the 7B-class model's cache per token and states 19,230 tokens.  Each row is one
+    reading of the two numbers; ``tokens`` is the whole number of tokens (floor).
     """
     spare = [
         ("10 GB (24 GB - 14 GB)", 24 * GB - 14 * GB),

@@ -2,7 +2,7 @@
 L = 2, 4, 8, 16, 32.
 
 Each is the last step of a whole decode loop (``ga2.attn.sequence``) on the example of seed 1,
-drawn with the seed chapter's generator (``random.Random``), together with the EXT that step
+drawn with the published GA-2 chapter's generator (``random.Random``), together with the EXT that step
 starts from: for ``cached`` the caches the earlier steps appended, for ``recompute`` the
 initial image.  The circuit must leave every word of EXT and SPAD and all five counters as
 ``ga2.machine`` does; their cycles add up to 53,292.

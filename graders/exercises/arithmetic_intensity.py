@@ -1,4 +1,5 @@
-"""Hidden tests of ``arithmetic_intensity(n, d, bytes_per_value)`` (chapter 4, seed 004).
+"""Hidden tests of ``arithmetic_intensity(n, d, bytes_per_value)`` (chapter 4,
+after the guide to LLM inference on NVIDIA GPUs).
 
 The standard (non-fused) attention algorithm's operations per byte moved:
 loads + stores = b (4 N^2 + 4 N d) bytes (S = Q K^T: loads Q, K and stores S; P = softmax(S):

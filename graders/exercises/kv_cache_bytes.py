@@ -1,5 +1,5 @@
 """Hidden tests of ``kv_cache_bytes(n_layers, n_kv_heads, head_dim, n_tokens, bytes_per_value)``
-(chapter 3, seed 001).
+(chapter 3, after the decoding-with-a-KV-cache exercise).
 
 bytes = 2 L G d T b, an exact integer: one key and one value of d numbers for every layer, every
 key/value head and every cached token.  Sizes beyond 2^31 (and 2^63) must stay exact: a numpy

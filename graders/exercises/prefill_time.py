@@ -1,4 +1,5 @@
-"""Hidden tests of ``prefill_time(n_tokens, n_params, flops)`` (chapter 4, seed 004).
+"""Hidden tests of ``prefill_time(n_tokens, n_params, flops)`` (chapter 4, after the
+guide to LLM inference on NVIDIA GPUs).
 
 Prefill is compute-bound: about 2 floating-point operations per parameter per token, so the
 prompt takes n_tokens * 2 * n_params / flops seconds (a float).

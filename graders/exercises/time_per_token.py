@@ -1,4 +1,5 @@
-"""Hidden tests of ``time_per_token(n_params, bytes_per_param, bandwidth)`` (chapter 4, seed 004).
+"""Hidden tests of ``time_per_token(n_params, bytes_per_param, bandwidth)`` (chapter 4,
+after the guide to LLM inference on NVIDIA GPUs).
 
 Decoding is memory-bound: every step reads every weight once, so one token takes
 n_params * bytes_per_param / bandwidth seconds (a float).

@@ -73,7 +73,7 @@ def test_ch1_three_token_steps(ch1):
     step3 = numbers(g["ch1_s3_out"])
     assert step3 == [0.7517, 1.5035]
     assert np.round(step3, 2).tolist() == STEP3_OUT_ROUNDED
-    # the rounded figures the text quotes are the seed's
+    # the rounded figures the text quotes are the decoding-with-a-KV-cache exercise's
     assert numbers(g["ch1_s2_weights2"]) == [0.33, 0.67]
     assert numbers(g["ch1_s2_out2"]) == STEP2_OUT_ROUNDED and g["ch1_s2_out2_second"] == "1.34"
     assert numbers(g["ch1_s3_weights2"]) == [0.25, 0.25, 0.5]

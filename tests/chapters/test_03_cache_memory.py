@@ -16,23 +16,25 @@ CH3 = chapter_path("03_cache_memory")
 EXERCISES = {"kv_cache_bytes": 3, "max_batch": 3}
 
 
-# ---------------------------------------------------------------- the seeds' figures
-# seed 001: L=32, G=32, d=128, T=8192, 2 bytes -> 4,294,967,296 bytes, 4 GiB; G=8 -> 1 GiB
-SEED_001 = {"ch3_example_bytes": "4,294,967,296", "ch3_example_gib": "4 GiB", "ch3_example_gqa_gib": "1 GiB"}
+# ---------------------------------------------------------------- the sources' figures
+# the decoding-with-a-KV-cache exercise: L=32, G=32, d=128, T=8192, 2 bytes -> 4,294,967,296 bytes,
+# 4 GiB; G=8 -> 1 GiB
+EXERCISE_FIGURES = {"ch3_example_bytes": "4,294,967,296", "ch3_example_gib": "4 GiB", "ch3_example_gqa_gib": "1 GiB"}
 
 
-# seed 002, "How big is a cache?" and "Running example B"
-SEED_002 = {"ch3_bpt_7b": "524,288", "ch3_bpt_7b_kib": "512 KiB", "ch3_7b_4096": "2 GiB",
-            "ch3_7b_4096_int8": "1 GiB", "ch3_7b_32768": "16 GiB", "ch3_bpt_70b": "327,680",
-            "ch3_70b_2048": "640 MiB", "ch3_70b_32768": "10 GiB", "ch3_bpt_1b": "65,536",
-            # the memory-budget exercise: 16 GiB for caches, 2,048-token conversations
-            "ch3_budget_7b_fp16": "16", "ch3_budget_7b_int8": "32", "ch3_budget_70b": "25",
-            "ch3_budget_70b_each": "640 MiB"}
+# the published GA-2 chapter, "How big is a cache?" and "Running example B"
+GA2_CHAPTER_FIGURES = {"ch3_bpt_7b": "524,288", "ch3_bpt_7b_kib": "512 KiB", "ch3_7b_4096": "2 GiB",
+                       "ch3_7b_4096_int8": "1 GiB", "ch3_7b_32768": "16 GiB", "ch3_bpt_70b": "327,680",
+                       "ch3_70b_2048": "640 MiB", "ch3_70b_32768": "10 GiB", "ch3_bpt_1b": "65,536",
+                       # the memory-budget exercise: 16 GiB for caches, 2,048-token conversations
+                       "ch3_budget_7b_fp16": "16", "ch3_budget_7b_int8": "32", "ch3_budget_70b": "25",
+                       "ch3_budget_70b_each": "640 MiB"}
 
 
-# seed 004: the A10 (24 GB, 7B in fp16 ~ 14 GB, ~10 GB left), "19,230 tokens", "a batch of 4"
-SEED_004_CH3 = {"ch3_a10_weights_gb": "14", "ch3_a10_spare_gb": "10", "ch3_guide_tokens": "19,230",
-                "ch3_batch_gb": "4"}
+# the guide to LLM inference on NVIDIA GPUs: the A10 (24 GB, 7B in fp16 ~ 14 GB, ~10 GB left),
+# "19,230 tokens", "a batch of 4"
+GUIDE_FIGURES_CH3 = {"ch3_a10_weights_gb": "14", "ch3_a10_spare_gb": "10", "ch3_guide_tokens": "19,230",
+                     "ch3_batch_gb": "4"}
 
 
 # and what the exact arithmetic gives instead
@@ -63,9 +65,9 @@ def ch3():
 # ---------------------------------------------------------------- chapter 3
 
 
-def test_ch3_seed_figures(ch3):
+def test_ch3_source_figures(ch3):
     _, g = ch3
-    for key, want in {**SEED_001, **SEED_002, **SEED_004_CH3}.items():
+    for key, want in {**EXERCISE_FIGURES, **GA2_CHAPTER_FIGURES, **GUIDE_FIGURES_CH3}.items():
         assert g[key] == want, key
 
 

@@ -22,13 +22,13 @@ CH4 = chapter_path("04_memory_bound")
 EXERCISES = {"arithmetic_intensity": 4, "time_per_token": 4, "prefill_time": 4}
 
 
-# seed 004, chapter 4: ops:byte 208.3; attention 62 ops/byte; 46 / 23 / 6 ms per token;
+# the guide to LLM inference on NVIDIA GPUs, chapter 4: ops:byte 208.3; attention 62 ops/byte; 46 / 23 / 6 ms per token;
 # prefill 75 / 39 / 16 ms; totals 6.98 / 3.49 / 0.92 s
-SEED_004_CH4 = {"ch4_opb_a10": "208.3", "ch4_ai_round": "62",
-                "ch4_tpt_t4_guide": "46", "ch4_tpt_a10_guide": "23", "ch4_tpt_a100_guide": "6",
-                "ch4_prefill_t4_guide": "75", "ch4_prefill_a10_guide": "39", "ch4_prefill_a100_guide": "16",
-                "ch4_total_t4_guide": "6.98", "ch4_total_a10_guide": "3.49", "ch4_total_a100_guide": "0.92",
-                "ch4_total_t4_guide_ms": "6,975", "ch4_total_a10_guide_ms": "3,489", "ch4_total_a100_guide_ms": "916"}
+GUIDE_FIGURES_CH4 = {"ch4_opb_a10": "208.3", "ch4_ai_round": "62",
+                     "ch4_tpt_t4_guide": "46", "ch4_tpt_a10_guide": "23", "ch4_tpt_a100_guide": "6",
+                     "ch4_prefill_t4_guide": "75", "ch4_prefill_a10_guide": "39", "ch4_prefill_a100_guide": "16",
+                     "ch4_total_t4_guide": "6.98", "ch4_total_a10_guide": "3.49", "ch4_total_a100_guide": "0.92",
+                     "ch4_total_t4_guide_ms": "6,975", "ch4_total_a10_guide_ms": "3,489", "ch4_total_a100_guide_ms": "916"}
 
 EXACT_CH4 = {"ch4_opb_t4": "216.7", "ch4_opb_a100": "153.0", "ch4_ai": "62.42",
              "ch4_ai_ops": "8,640,266,240", "ch4_ai_bytes": "138,412,032", "ch4_ai_decode": "1.01",
@@ -42,7 +42,7 @@ EXACT_CH4 = {"ch4_opb_t4": "216.7", "ch4_opb_a100": "153.0", "ch4_ai": "62.42",
              "ch4_a100_ridge_batch": "153", "ch4_a10_max_batch": "4", "ch4_a100_max_batch": "30",
              "ch4_a10_b1_ms": "26.9", "ch4_a10_bmax_ms": "37.6", "ch4_a10_b1_tps": "37",
              "ch4_a10_bmax_tps": "106", "ch4_a10_cache_share": "38%", "ch4_q1_opb": "295.5", "ch4_q3_ms": "43.3",
-             # the seed's "46.7 became 46" and "15.7 became 16", and its 7B model's "14 GB" of weights
+             # the guide's "46.7 became 46" and "15.7 became 16", and its 7B model's "14 GB" of weights
              "ch4_tpt_t4_1dp": "46.7", "ch4_prefill_a100_1dp": "15.7", "ch4_7b_weights_gb": "14"}
 
 MEASURED_CH4 = ["ch4_copy_gbs", "ch4_step_gbs", "ch4_ratio", "ch4_largest_ms", "ch4_cpu_7b_tpt"]
@@ -56,9 +56,9 @@ def ch4():
 # ---------------------------------------------------------------- chapter 4
 
 
-def test_ch4_seed_figures(ch4):
+def test_ch4_source_figures(ch4):
     _, g = ch4
-    for key, want in SEED_004_CH4.items():
+    for key, want in GUIDE_FIGURES_CH4.items():
         assert g[key] == want, key
 
 

@@ -1,4 +1,4 @@
-"""ga2.attn: the seed's cycle figures, the L = 3 listing, and the decode loops."""
+"""ga2.attn: the published chapter's cycle figures, the L = 3 listing, and the decode loops."""
 import math
 
 import numpy as np
@@ -66,11 +66,11 @@ def test_instruction_counts_at_3():
 
 
 def test_listing_at_3_field_for_field():
-    """Every field of the seed's listing, except the data-dependent requantizer multipliers."""
-    seed = parse_listing(PUBLISHED_LISTING_L3)
+    """Every field of the published chapter's listing, except the data-dependent requantizer multipliers."""
+    published = parse_listing(PUBLISHED_LISTING_L3)
     ours = attn.program(3, "cached", attn.rq_params(attn.make_example(3, 1)))
-    assert len(ours) == len(seed) == 32
-    for index, (a, b) in enumerate(zip(ours, seed)):
+    assert len(ours) == len(published) == 32
+    for index, (a, b) in enumerate(zip(ours, published)):
         assert a.op == b.op, index
         fa, fb = a.fields, b.fields
         if a.op == "RQ":
@@ -79,8 +79,8 @@ def test_listing_at_3_field_for_field():
         assert fa == fb, index
 
 
-def test_listing_at_3_exactly_with_the_seed_generator():
-    """Drawn with the seed's generator, the example is the seed's: the multipliers match too."""
+def test_listing_at_3_exactly_with_the_published_generator():
+    """Drawn with the published chapter's generator, the example is the chapter's: the multipliers match too."""
     P = attn.rq_params(attn.make_example(3, 1, generator="python"))
     assert attn.program(3, "cached", P) == parse_listing(PUBLISHED_LISTING_L3)
     assert P["weights"] == PUBLISHED_WEIGHTS_RQ
@@ -143,13 +143,13 @@ def test_sequence_persists_the_cache_and_both_programs_agree():
         assert not after.cached.ext_before[attn.EX_KC + 16 * (after.t - 1):attn.EX_KC + 16 * 32].any()
     for step in steps:
         assert step.cached.output == step.recompute.output == attn.int_reference(ex, step.t)
-        assert step["cached"][2] == step.cached.output                   # seed-style access
+        assert step["cached"][2] == step.cached.output                   # the published chapter's access
         assert attn.stagewise_problems(ex, step) == []
         assert attn.stagewise_problems(ex, {"t": step.t, "spad": list(step.spad)}) == []   # a plain mapping
 
 
-def test_a_program_run_unpacks_as_the_seeds_triple():
-    """The seed reads a run as (program, ext before, int8 output): ``prog, ext, out8 = last[var]``."""
+def test_a_program_run_unpacks_as_the_published_chapters_triple():
+    """The published chapter reads a run as (program, ext before, int8 output): ``prog, ext, out8 = last[var]``."""
     last = attn.sequence(attn.make_example(4, 1))[-1]
     for variant in attn.VARIANTS:
         run = last[variant]

@@ -49,8 +49,8 @@ def test_instr_is_plain_hashable_picklable_data():
         ins["bogus"]
 
 
-def test_op_reads_like_a_field_as_in_the_seeds_dict_instructions():
-    """The seed's code reads ``ins["op"]``; fields keep their names and unknown ones still fail."""
+def test_op_reads_like_a_field_as_in_the_published_chapters_dict_instructions():
+    """The published GA-2 chapter's code reads ``ins["op"]``; fields keep their names and unknown ones still fail."""
     ins = build("LD", dst=0, src=32, len=16)
     assert ins["op"] == "LD" and ins["len"] == 16
     assert build("HALT")["op"] == "HALT"

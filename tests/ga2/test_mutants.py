@@ -1,4 +1,4 @@
-"""ga2.mutants: the anchors, the mutated builders, and the seed's mutation table."""
+"""ga2.mutants: the anchors, the mutated builders, and the published chapter's mutation table."""
 import json
 import subprocess
 import sys
@@ -54,7 +54,7 @@ def test_a_mutated_builder_is_a_fresh_module_built_from_the_edited_text():
 
 
 def test_checks_on_one_run_match_separate_runs_for_a_small_case():
-    """(b), (c), (d) evaluated on one run equal each check run on its own (seed's way)."""
+    """(b), (c), (d) evaluated on one run equal each check run on its own (the published chapter's way)."""
     mutant = next(m for m in MUTANTS if m.label.startswith("q requantization scale is 3%"))
     module = mutants.load_mutant(mutant)
     kw = dict(seeds=range(2), Ls=(2, 9))

@@ -1,4 +1,4 @@
-"""python -m ga2: the seed-style tables."""
+"""python -m ga2: the tables as the published GA-2 chapter lays them out."""
 from ga2 import report
 
 

@@ -77,7 +77,8 @@ def test_reference_figures_of_the_seeds():
     assert ex_mb.reference(10, 10, 1, 1, 1, 1, 1) == 0 and ex_mb.reference(5, 10, 1, 1, 1, 1, 1) == 0
     assert ex_tpt.reference(7 * 10 ** 9, 2, 600e9) == pytest.approx(7 * 2 / 600)
     assert ex_pf.reference(512, 7 * 10 ** 9, 125e12) == pytest.approx(512 * 14e9 / 125e12)
-    # Seed 001's three tokens: outputs (1, 0), about (0.33, 1.34), about (0.75, 1.50).
+    # The decoding-with-a-KV-cache exercise's three tokens: outputs (1, 0), about (0.33, 1.34),
+    # about (0.75, 1.50).
     X = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     p = {"Wq": np.eye(2), "Wk": np.eye(2), "Wv": np.diag([1.0, 2.0])}
     rows = ex_attend.causal_rows(X, p)

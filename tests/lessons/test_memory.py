@@ -1,4 +1,4 @@
-"""lessons.memory: the cache-size arithmetic of Chapter 3, pinned to the seeds' figures."""
+"""lessons.memory: the cache-size arithmetic of Chapter 3, pinned to the figures of its sources."""
 import numpy as np
 import pytest
 from hypothesis import given
@@ -8,28 +8,29 @@ from lessons.memory import (GB, GIB, KIB, MIB, MODELS, ModelShape, bytes_per_tok
                             kv_cache_bytes, max_batch, max_tokens, sequences_in_budget,
                             token_count_readings, values_stored_per_step)
 
-# The seeds' figures, copied from the seeds (001, 002 "How big is a cache?" / "Running example B",
-# 004 "Batching memory-bound processes").
-SEED_8192_TOKENS_BYTES = 4_294_967_296          # L=32, G=32, d=128, T=8192, 2 bytes: "4 GiB"
-SEED_8192_TOKENS_G8 = 1 * GIB                    # "With G = 8 it is 1 GiB"
-SEED_7B_BYTES_PER_TOKEN = 524_288                # "524,288 bytes per token: 512 KiB"
-SEED_7B_4096 = 2 * GIB                           # "2 GiB for a 4,096-token context"
-SEED_7B_4096_INT8 = 1 * GIB                      # "(1 GiB with an int8 cache)"
-SEED_7B_32768 = 16 * GIB                         # "16 GiB for a 32,768-token context"
-SEED_70B_BYTES_PER_TOKEN = 327_680               # "70B-class model with 8 KV heads ... 327,680"
-SEED_70B_2048 = 640 * MIB                        # "640.0 MiB at 2,048 tokens"
-SEED_70B_32768 = 10 * GIB                        # "10.00 GiB at 32,768"
-SEED_1B_BYTES_PER_TOKEN = 65_536                 # "a 1B-class model ... 65,536 bytes/token"
-SEED_1B_2048 = 128 * MIB                         # "128.0 MiB at 2,048 tokens"
-SEED_A10_TOKENS = 19_230                         # "comfortably accommodate 19,230 tokens"
-SEED_A10_BATCH = 4                               # "a batch of 4 sequences"
-# Memory-budget exercise (seed 002): 16 GiB for caches, 2,048-token conversations
+# The sources' figures, copied from them: the decoding-with-a-KV-cache exercise (the 4 GiB example),
+# the published GA-2 chapter ("How big is a cache?" / "Running example B") and the guide to LLM
+# inference on NVIDIA GPUs ("Batching memory-bound processes", the A10).
+PUBLISHED_8192_TOKENS_BYTES = 4_294_967_296     # L=32, G=32, d=128, T=8192, 2 bytes: "4 GiB"
+PUBLISHED_8192_TOKENS_G8 = 1 * GIB               # "With G = 8 it is 1 GiB"
+PUBLISHED_7B_BYTES_PER_TOKEN = 524_288           # "524,288 bytes per token: 512 KiB"
+PUBLISHED_7B_4096 = 2 * GIB                      # "2 GiB for a 4,096-token context"
+PUBLISHED_7B_4096_INT8 = 1 * GIB                 # "(1 GiB with an int8 cache)"
+PUBLISHED_7B_32768 = 16 * GIB                    # "16 GiB for a 32,768-token context"
+PUBLISHED_70B_BYTES_PER_TOKEN = 327_680          # "70B-class model with 8 KV heads ... 327,680"
+PUBLISHED_70B_2048 = 640 * MIB                   # "640.0 MiB at 2,048 tokens"
+PUBLISHED_70B_32768 = 10 * GIB                   # "10.00 GiB at 32,768"
+PUBLISHED_1B_BYTES_PER_TOKEN = 65_536            # "a 1B-class model ... 65,536 bytes/token"
+PUBLISHED_1B_2048 = 128 * MIB                    # "128.0 MiB at 2,048 tokens"
+PUBLISHED_A10_TOKENS = 19_230                    # "comfortably accommodate 19,230 tokens"
+PUBLISHED_A10_BATCH = 4                          # "a batch of 4 sequences"
+# The published GA-2 chapter's memory-budget exercise: 16 GiB for caches, 2,048-token conversations
 BUDGET_7B_FP16, BUDGET_7B_INT8, BUDGET_70B = 16, 32, 25
 
 
-def test_seed_example_4_gib_and_1_gib_with_8_kv_heads():
-    assert kv_cache_bytes(32, 32, 128, 8192, 2) == SEED_8192_TOKENS_BYTES == 4 * GIB
-    assert kv_cache_bytes(32, 8, 128, 8192, 2) == SEED_8192_TOKENS_G8
+def test_the_exercise_example_4_gib_and_1_gib_with_8_kv_heads():
+    assert kv_cache_bytes(32, 32, 128, 8192, 2) == PUBLISHED_8192_TOKENS_BYTES == 4 * GIB
+    assert kv_cache_bytes(32, 8, 128, 8192, 2) == PUBLISHED_8192_TOKENS_G8
 
 
 def test_result_is_python_int_beyond_2_31():
@@ -62,27 +63,27 @@ def test_negative_sizes_are_refused():
 def test_what_one_step_stores():
     stored = values_stored_per_step(32, 32, 128)
     assert stored == {"per key/value head": 256, "per layer": 8192, "per token": 262_144}
-    assert 2 * stored["per token"] == SEED_7B_BYTES_PER_TOKEN
+    assert 2 * stored["per token"] == PUBLISHED_7B_BYTES_PER_TOKEN
 
 
 def test_seven_b_rows():
     m = MODELS["7B"]
-    assert m.bytes_per_token(2) == SEED_7B_BYTES_PER_TOKEN == 512 * KIB
-    assert m.cache_bytes(4096) == SEED_7B_4096
-    assert m.cache_bytes(4096, bytes_per_value=1) == SEED_7B_4096_INT8
-    assert m.cache_bytes(32768) == SEED_7B_32768
+    assert m.bytes_per_token(2) == PUBLISHED_7B_BYTES_PER_TOKEN == 512 * KIB
+    assert m.cache_bytes(4096) == PUBLISHED_7B_4096
+    assert m.cache_bytes(4096, bytes_per_value=1) == PUBLISHED_7B_4096_INT8
+    assert m.cache_bytes(32768) == PUBLISHED_7B_32768
     assert m.weight_bytes(2) == 14 * GB
 
 
 def test_seventy_b_and_one_b_rows():
     m70, m1 = MODELS["70B-GQA"], MODELS["1B"]
-    assert m70.bytes_per_token(2) == SEED_70B_BYTES_PER_TOKEN
-    assert m70.cache_bytes(2048) == SEED_70B_2048
-    assert m70.cache_bytes(32768) == SEED_70B_32768
-    assert m1.bytes_per_token(2) == SEED_1B_BYTES_PER_TOKEN
-    assert m1.cache_bytes(2048) == SEED_1B_2048
+    assert m70.bytes_per_token(2) == PUBLISHED_70B_BYTES_PER_TOKEN
+    assert m70.cache_bytes(2048) == PUBLISHED_70B_2048
+    assert m70.cache_bytes(32768) == PUBLISHED_70B_32768
+    assert m1.bytes_per_token(2) == PUBLISHED_1B_BYTES_PER_TOKEN
+    assert m1.cache_bytes(2048) == PUBLISHED_1B_2048
     # sharing 8 KV heads among 64 query heads divides the cache by 8
-    assert kv_cache_bytes(80, 64, 128, 1, 2) == 8 * SEED_70B_BYTES_PER_TOKEN
+    assert kv_cache_bytes(80, 64, 128, 1, 2) == 8 * PUBLISHED_70B_BYTES_PER_TOKEN
 
 
 def test_int8_halves_every_model():
@@ -94,18 +95,18 @@ def test_a10_tokens_and_batch_in_gb_and_gib():
     args = (32, 32, 128)
     assert max_tokens(24 * GB, 14 * GB, *args, 2) == 19_073
     assert max_tokens(10 * GIB, 0, *args, 2) == 20_480
-    assert max_batch(24 * GB, 14 * GB, *args, 4096, 2) == SEED_A10_BATCH
+    assert max_batch(24 * GB, 14 * GB, *args, 4096, 2) == PUBLISHED_A10_BATCH
     assert max_batch(10 * GIB, 0, *args, 4096, 2) == 5
-    assert max_tokens(24 * GB, 14 * GB, *args, 2) != SEED_A10_TOKENS
+    assert max_tokens(24 * GB, 14 * GB, *args, 2) != PUBLISHED_A10_TOKENS
 
 
-def test_the_seeds_19230_is_10_gb_over_0_00052_gb():
-    rows = token_count_readings(SEED_7B_BYTES_PER_TOKEN)
-    hits = [r for r in rows if r["tokens"] == SEED_A10_TOKENS]
+def test_the_guides_19230_is_10_gb_over_0_00052_gb():
+    rows = token_count_readings(PUBLISHED_7B_BYTES_PER_TOKEN)
+    hits = [r for r in rows if r["tokens"] == PUBLISHED_A10_TOKENS]
     assert len(hits) == 1
     assert hits[0]["spare_bytes"] == 10 * GB and hits[0]["per_token_bytes"] == 520_000
-    exact = [r for r in rows if r["per_token_bytes"] == SEED_7B_BYTES_PER_TOKEN]
-    assert all(r["tokens"] != SEED_A10_TOKENS for r in exact)
+    exact = [r for r in rows if r["per_token_bytes"] == PUBLISHED_7B_BYTES_PER_TOKEN]
+    assert all(r["tokens"] != PUBLISHED_A10_TOKENS for r in exact)
 
 
 def test_memory_budget_exercise():
