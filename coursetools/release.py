@@ -406,15 +406,17 @@ def _left_out_modules() -> list[str]:
 
 
 def _top_imports(source: str, module: str, is_package: bool) -> set[str]:
-    """The dotted modules a module imports at its top, when it is imported (relative ones resolved;
-    an import inside a function runs on demand and is not counted)."""
+    """The dotted modules a module imports, or tries to, at its top when it is imported (relative
+    ones resolved; an import inside a function runs on demand and is not counted)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return set()
     package = module if is_package else module.rpartition(".")[0]
     found = set()
-    for node in tree.body:
+    top = list(tree.body)
+    top += [n for t in tree.body if isinstance(t, (ast.Try, ast.If)) for n in t.body]
+    for node in top:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
