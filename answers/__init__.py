@@ -321,6 +321,12 @@ def install_all(folder: str | Path | None = None, quiet: bool = True) -> list[st
     done = []
     for path in sorted(Path(folder or exercises_folder()).glob("*.ipynb")):
         try:
+            defined = _defined(_answer_source(json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, ValueError):
+            defined = {}
+        if defined and all(defined.values()):       # not written yet: nothing to install, nothing to say
+            continue
+        try:
             done += install_from(path, quiet=quiet)
         except Exception as err:  # noqa: BLE001 - one broken answer does not stop the others
             print(f"{path.name}: your answer could not be installed ({type(err).__name__}: {err})")
@@ -353,22 +359,19 @@ def rebind(namespace: dict) -> list[str]:
 
 
 def say_what_runs(names: dict[str, str], namespace: dict | None = None) -> list[str]:
-    """Install every answer written so far and say, in one sentence, what a chapter that calls
-    ``names`` ({function: its exercise}) runs on; the names still starters.  ``namespace`` (the
-    notebook's ``globals()``) gets the installed ones in place of starters it imported before."""
+    """Install every answer written so far and say, in one paragraph, what a chapter that calls
+    ``names`` ({function: its exercise}) runs on: each exercise written or not, saved when, passing
+    its public checks or not (``answers.chapter``); the names still starters.  ``namespace`` (the
+    notebook's ``globals()``) gets the installed ones in place of starters it imported before, and
+    the cells run after this one stop in one line, not a traceback, on an answer not written yet."""
+    from . import chapter
     install_all()
     if namespace is not None:
         rebind(namespace)
     left = missing(list(names))
-    if not names:
-        return left
-    if not left:
-        print(f"This chapter runs on your {_join(sorted(names))}.")
-    else:
-        where = _join([f"exercises/{names[n]}.ipynb" for n in left])
-        print(f"This chapter calls your {_join(left)}, not written yet ({where}): the cells that call "
-              f"{'it' if len(left) == 1 else 'them'} stop with NotImplementedError until you write "
-              f"{'it' if len(left) == 1 else 'them'} and run this cell again.")
+    if names:
+        chapter.introduce(names)
+        chapter.guard_cells(names)
     return left
 
 

@@ -47,11 +47,15 @@ from course.starters import NoSuchFunction, find_function
 from course.starters import starter_source as _starter_source
 
 from .answer_leaks import describe, find_leaks
+from .chapter_calls import CallGraph, chapter_calls
+from .lab_chapters import built_notebook, lab_chapter
 
 __all__ = ["ReleaseError", "make_release", "starter_source"]
 
 MARKER = ".kvcourse-release"
 NEVER = ("solutions", "graders", "coursetools")          # folders never shipped
+#: Packages a chapter's code does not run through (what it calls lives in the others).
+NOT_COURSE_CODE = ("answers", "public_checks", "tests", "bench", "tools", "course")
 SKIP_PARTS = {"__pycache__", ".ipynb_checkpoints", ".pytest_cache", ".hypothesis"}
 
 
@@ -110,8 +114,9 @@ def make_release(out: Path, root: Path | None = None) -> list[str]:
     try:
         needed = _copy_exercises(root, tmp, report)
         left_out = _left_out_modules()
-        needed |= _copy_chapters(root, tmp, report, left_out)
-        _copy_packages(root, tmp, needed, report)
+        importing = _importing_left_out(root, left_out)
+        needed |= _copy_chapters(root, tmp, report, left_out + sorted(importing))
+        _copy_packages(root, tmp, needed, report, importing)
         _copy_model_requirements(root, tmp, report)
         _word_for_the_class(tmp, report)
         _copy_book(root, tmp, report)
@@ -174,10 +179,13 @@ def _copy_exercises(root: Path, tmp: Path, report: list[str]) -> set[str]:
     return imports
 
 
-def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) -> None:
+def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str],
+                   importing: dict[str, str] | None = None) -> None:
     """Copy the course packages the exercises, the chapters and the public checks import, and
     what those import in turn (found, never listed: a module that moves to another package is
-    followed there); ``answers``, which puts the learner's answers into the engines, always."""
+    followed there); ``answers``, which puts the learner's answers into the engines, always.
+    A module that imports a left-out one at its top (``importing``: module -> what it imports) is
+    left out too: it could not be imported in the copy."""
     packages = ["public_checks"] + (["answers"] if (root / "answers" / "__init__.py").exists() else [])
     queue = set(imports) | set(packages)
     for src in (root / "public_checks").glob("*.py"):
@@ -197,6 +205,11 @@ def _copy_packages(root: Path, tmp: Path, imports: set[str], report: list[str]) 
     for name in packages:
         _copy_tree(root / name, tmp / name)
         report += _strip_counterparts(tmp, name)
+        for module, needs in sorted((importing or {}).items()):
+            path = _module_path(tmp, module) if module.split(".")[0] == name else None
+            if path is not None:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                report.append(f"  {module}: left out (it imports {needs}, left out)")
         if name not in ("public_checks", "answers"):         # an engine: its answers become starters
             report += _strip_graded(tmp, name)
     report.append(f"packages: {', '.join(packages)}")
@@ -236,6 +249,11 @@ def _requirement_name(line: str) -> str:
 
 #: What running the notebooks needs whatever they import: JupyterLab and its Python kernel.
 TO_RUN_NOTEBOOKS = ("jupyterlab", "ipykernel")
+#: What the copy's JupyterLab needs beyond the course's own environment: the MyST renderer, so that
+#: a chapter's admonitions, dropdowns (closed), math and links read as on the site (2.7 tried in
+#: Chromium with the chapters; the course's own venv leaves it out: its JupyterLab tests count
+#: console errors, and it logs some).
+LEARNER_ONLY = ("jupyterlab-myst>=2.7,<3",)
 
 
 def learner_requirements(root: Path, tmp: Path) -> list[str]:
@@ -246,7 +264,7 @@ def learner_requirements(root: Path, tmp: Path) -> list[str]:
         return []
     lines = [line.strip() for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
-    return [line for line in lines if _requirement_name(line) in wanted]
+    return [line for line in lines if _requirement_name(line) in wanted] + list(LEARNER_ONLY)
 
 
 def _package_data(root: Path, shipped: list[str]) -> dict[str, list[str]]:
@@ -387,6 +405,57 @@ def _left_out_modules() -> list[str]:
     return sorted(part.module for part in counterparts() if not part.qualname)
 
 
+def _top_imports(source: str, module: str, is_package: bool) -> set[str]:
+    """The dotted modules a module imports, or tries to, at its top when it is imported (relative
+    ones resolved; an import inside a function runs on demand and is not counted)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    package = module if is_package else module.rpartition(".")[0]
+    found = set()
+    top = list(tree.body)
+    top += [n for t in tree.body if isinstance(t, (ast.Try, ast.If)) for n in t.body]
+    for node in top:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            base = ".".join(filter(None, [base if node.level else "", node.module or ""]))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def _importing_left_out(root: Path, left_out: list[str]) -> dict[str, str]:
+    """{module: the left-out module it imports at its top} over the course's packages, to a fixed
+    point (a module importing one of those is in too): ``lessons.circuit_check`` imports ``ga2.rtl``."""
+    modules = {}
+    for init in sorted(root.glob("*/__init__.py")):
+        if init.parent.name in NEVER + NOT_COURSE_CODE:
+            continue
+        for src in init.parent.rglob("*.py"):
+            if SKIP_PARTS & set(src.parts):
+                continue
+            parts = src.relative_to(root).with_suffix("").parts
+            is_package = parts[-1] == "__init__"
+            name = ".".join(parts[:-1] if is_package else parts)
+            modules[name] = _top_imports(src.read_text(encoding="utf-8"), name, is_package)
+
+    def gone(module: str, out) -> str | None:
+        return next((m for m in out if module == m or module.startswith(m + ".")), None)
+
+    importing: dict[str, str] = {}
+    while True:
+        out = list(left_out) + list(importing)
+        new = {name: gone(i, out) for name, imports in modules.items()
+               if name not in importing and not gone(name, left_out)
+               for i in sorted(imports) if gone(i, out)}
+        if not new:
+            return importing
+        importing.update(new)
+
+
 def _imported_modules(source: str) -> set[str]:
     """Every dotted module a cell imports (``from ga2 import mutants`` counts ``ga2.mutants``)."""
     try:
@@ -518,9 +587,10 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     """The chapters as notebooks to run, at the place they have in the course (``book/chapters``,
     so that the links between them and the exercises resolve as they are), outputs cleared.
 
-    A chapter that calls a graded function gets a cell, after its first one (which sets the
-    machine up before numpy is imported), that installs the learner's answers written so far and
-    says in one sentence what the chapter runs on (``answers.say_what_runs``).  The code of a
+    A chapter that calls a graded function, itself or through the course's code
+    (``chapter_calls``), gets a cell, after its first one (which sets the machine up before numpy
+    is imported), that installs the learner's answers written so far and says in one paragraph
+    what the chapter runs on (``answers.say_what_runs``).  The code of a
     chapter that needs a module the release leaves out is shipped to read (``_without_left_out``)."""
     source_dir = root / "book" / "chapters"
     if not source_dir.is_dir():
@@ -529,29 +599,44 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
     target = tmp / "book" / "chapters"
     target.mkdir(parents=True)
     graded = _graded_exercises()
+    graph = CallGraph(root, [p.name for p in sorted(root.iterdir()) if (p / "__init__.py").is_file()
+                             and p.name not in NEVER + NOT_COURSE_CODE])
     imports: set[str] = set()
     to_read = []
+    figures = with_outputs = 0
+    unbuilt: list[str] = []
     for path in sorted(source_dir.glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
-        for cell, _ in code_cells(nb):
-            cell["outputs"], cell["execution_count"] = [], None
+        shown = lab_chapter(nb, built_notebook(root / "_build", path), f"book/chapters/{path.name}")
+        figures += shown["figures"]
+        with_outputs += bool(shown["outputs"])
+        if not shown["figures"] and not shown["outputs"]:
+            unbuilt.append(path.name)
         if _without_left_out(nb, left_out, f"site/book/chapters/{path.stem}.html"):
             to_read.append(path.name)
         sources = [src for _, src in code_cells(nb)]
         imports |= set().union(*map(_imports, sources)) if sources else set()
-        uses = {n: graded[n][0] for n in set().union(*map(_names_used, sources)) if n in graded} if sources else {}
+        uses = {n: graded[n][0] for n in chapter_calls(sources, graph, set(graded))}
         if uses:
             first = next((k for k, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"), -1)
-            nb["cells"].insert(first + 1, _cell("code", (
+            answers_cell = _cell("code", (
                 "# Your answers from the exercises, in the engine this chapter runs\n"
                 "import answers\n"
-                f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))}, globals())")))
+                f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))}, globals())"))
+            answers_cell["metadata"]["jupyter"] = {"source_hidden": True}    # its paragraph is what it says
+            nb["cells"].insert(first + 1, answers_cell)
         (target / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     for other in sorted(source_dir.iterdir()):          # figures and data the chapters read
         if other.suffix != ".ipynb" and other.name not in SKIP_PARTS and not other.name.startswith("."):
             (_copy_tree(other, target / other.name) if other.is_dir() else shutil.copy2(other, target / other.name))
     report.append(f"chapters: {len(list(target.glob('*.ipynb')))} notebooks in book/chapters"
                   + (f" (cells of {', '.join(to_read)} to read: they need a module left out)" if to_read else ""))
+    report.append(f"chapters as the site shows them: {figures} glued figures written into the text, the build's "
+                  f"outputs in {with_outputs} chapters"
+                  + (f" (not built, or built from an older version, so without them: {', '.join(unbuilt)}; run 'make book')" if unbuilt else "")
+                  if with_outputs else
+                  "chapters: no outputs and glued figures left as roles (the site is not built: run 'make book', "
+                  "then 'make release' again)")
     return imports
 
 
@@ -817,13 +902,24 @@ python3 -m venv .venv && .venv/bin/pip install -e .
 JupyterLab opens on this folder: the exercises are in `exercises/`, the chapters in
 `book/chapters/`, and the links between them open the notebook they name.
 
+## How to hand in
+
 {hand_in}
 
+- Each exercise is an assignment of its own (on Gradescope, one per exercise): hand in that
+  exercise's notebook, `exercises/NAME.ipynb`, saved (File > Save, or Ctrl+S), to its assignment.
+- Hand in exactly one notebook per assignment: the grader grades the one `.ipynb` it finds (any
+  name), and a submission with none or several gets 0 with the files it found named. A PDF, a link
+  or a file that cannot be opened is not graded.
+
 The code the chapters run (the engine `kvcache` and the chapters' own `lessons`) calls the
-functions the exercises ask for, and in this copy those are starters: a chapter that calls one runs on your answer once you have written it.
-Its first cells install every answer you have written so far (`answers.install_all()`) and say
-in one sentence what the chapter runs on; `answers.install_from("softmax.ipynb")` does it for one
-exercise, in any notebook.
+functions the exercises ask for, and in this copy those are starters: a chapter that calls one runs
+on your answer once you have written it and saved its notebook. A chapter comes with the figures and
+outputs of the course's own run, so it reads whole before you run anything. Its first cell installs
+every answer you have saved so far (`answers.install_all()`) and says in one paragraph which
+exercises the chapter calls, when each was saved and whether it passes its public checks; when you
+Run All, a cell that needs an answer not written yet says so in one line and the others run.
+`answers.install_from("softmax.ipynb")` installs one exercise's answer, in any notebook.
 {machine}""", encoding="utf-8")
     (tmp / MARKER).write_text("made by python -m graders release\n", encoding="utf-8")
 

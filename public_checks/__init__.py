@@ -28,14 +28,20 @@ from . import handing_in
 
 __all__ = ["run_checks", "load_checks", "evaluate", "CheckOutcome", "CheckReport", "PublicCheckFailed", "HIDDEN_NOTE"]
 
-HIDDEN_NOTE = "public tests passed; hidden tests run at grading"
+HIDDEN_NOTE = "public checks passed; hidden tests run at grading"
 #: The report's lines are wrapped to this many characters: the width of an output on the course's
 #: pages (an exercise page shows the report of its starter code) and of a notebook's cell.
 REPORT_WIDTH = 88
 
 
 class PublicCheckFailed(AssertionError):
-    """At least one public check failed (the report above says which)."""
+    """At least one public check failed (the report above says which).
+
+    IPython shows it as its one line, not as a traceback of this package: the report above it is
+    what the learner reads (``_render_traceback_`` is IPython's hook for that)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 @dataclass(frozen=True)

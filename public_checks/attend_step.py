@@ -1,7 +1,10 @@
 """Public checks for the exercise ``attend_step(x_t, cache, p)`` (chapter 2).
 
 A few small cases; the expected outputs (and what an answer that forgets to divide the scores
-by sqrt(d) returns) are stored in ``data/attend_step.json``.  The hidden tests check more.
+by sqrt(d) returns, or that keeps the cache newest row first) are stored in
+``data/attend_step.json``.  The statement stresses two things these check: scores of about
+10^4 must not give nan (subtract the maximum before exp), and the new row goes last.  The
+hidden tests check more.
 """
 import numpy as np
 
@@ -107,10 +110,43 @@ def check_random_against_causal_attention(fn):
         f"the largest relative difference is {rel:.1e}.{mistake(case, got.tolist(), SCALE_HINT)}")
 
 
+def check_cache_rows_in_order(fn):
+    case = DATA["three_tokens"]
+    _, cache = _run(fn, array(case["X"]), _weights(case), 2)
+    for name in ("k", "v"):
+        got = np.asarray(cache[name], dtype=np.float64)
+        want = case["cache"][name]
+        if got.shape == (3, 2) and np.allclose(got, want, rtol=0, atol=1e-12):
+            continue
+        hint = ""
+        if got.shape == (3, 2) and np.allclose(got, case["cache_new_row_first"][name], rtol=0, atol=1e-12):
+            hint = (" The new row seems to be put first: the cache keeps its rows in the order of the "
+                    "tokens, oldest first, and the new token's row goes last.")
+        raise AssertionError(f"after three steps, new_cache[{name!r}] should hold the rows "
+                             f"{np.round(want, 6).tolist()} (token 0 first), got "
+                             f"{np.round(got, 6).tolist()}.{hint}")
+
+
+def check_large_scores(fn):
+    case = DATA["large_scores"]
+    with np.errstate(all="ignore"):
+        outs, _ = _run(fn, array(case["X"]), _weights(case), 2)
+    got, want = np.array(outs), array(case["expected"])
+    if not np.all(np.isfinite(got)):
+        raise AssertionError("with scores of about 10^4 the output holds nan or inf: exp(10^4) overflows. "
+                             "Subtract the largest score from every score before exp (the weights do not "
+                             "change, and the largest exponent becomes exp(0) = 1).")
+    gap = float(np.max(np.abs(got - want)))
+    assert gap < 1e-9, (f"with scores of about 10^4 the outputs should be {np.round(want, 6).tolist()}, got "
+                        f"{np.round(got, 6).tolist()} (off by up to {gap:.1e}).{mistake(case, got.tolist(), SCALE_HINT)}")
+
+
 CHECKS = [
     ("first step from an empty cache: shapes", check_first_step_shapes),
     ("first step: the output is the token's own value", check_first_step_is_own_value),
     ("three tokens worked out by hand", check_three_tokens_by_hand),
     ("the input cache is not modified", check_input_cache_unchanged),
     ("random tokens: equal to full causal attention, row by row", check_random_against_causal_attention),
+    ("the cache keeps its rows oldest first, the new one last", check_cache_rows_in_order),
+    ("scores of about 10^4 give no nan", check_large_scores),
 ]

@@ -37,8 +37,8 @@ def statement(name: str, copy: str | None = None) -> str:
 def after_checks(name: str, copy: str | None = None) -> str:
     """The public checks' last line when every one of them passed."""
     if _copy(copy) == "repository":
-        return f"{name}: public tests passed; hidden tests run at grading (python -m graders grade exercises/{name}.ipynb)."
-    return f"{name}: public tests passed; hidden tests run at grading: hand in this notebook."
+        return f"{name}: public checks passed; hidden tests run at grading (python -m graders grade exercises/{name}.ipynb)."
+    return f"{name}: public checks passed; hidden tests run at grading: hand in this notebook."
 
 
 def how_to_hand_in(copy: str | None = None) -> str:

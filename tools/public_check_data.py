@@ -218,10 +218,20 @@ def attend_step_data() -> dict:
     three = _decode_case([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]],
                          {"Wq": [[1.0, 0.0], [0.0, 1.0]], "Wk": [[1.0, 0.0], [0.0, 1.0]],
                           "Wv": [[1.0, 0.0], [0.0, 2.0]]})
+    # the cache's rows, oldest first, and in the order an answer that puts the new row first keeps
+    keys, values = _project(three["X"], three["p"]["Wk"]), _project(three["X"], three["p"]["Wv"])
+    three["cache"] = {"k": keys, "v": values}
+    three["cache_new_row_first"] = {"k": keys[::-1], "v": values[::-1]}
+    # scores of about 10^4: exp overflows unless the maximum is subtracted first
+    big = 100.0
+    large = _decode_case([[1.0, 0.0], [0.9, 0.1], [1.0, 0.2]],
+                         {"Wq": [[big, 0.0], [0.0, big]], "Wk": [[big, 0.0], [0.0, big]],
+                          "Wv": [[1.0, 0.0], [0.0, 1.0]]})
     rng = np.random.default_rng(5)
     p = _weights(rng, 4, 3)
     random = _decode_case(_normal(rng, (5, 4)), p)
-    return {"first_step_shapes": shapes, "own_value": own_value, "three_tokens": three, "random": random}
+    return {"first_step_shapes": shapes, "own_value": own_value, "three_tokens": three, "random": random,
+            "large_scores": large}
 
 
 def _buffer_case(rng, max_seq_len, d, seq_len, block, *, tail, d_v=None, scale=1.0) -> dict:
@@ -343,13 +353,17 @@ def ref_requant(acc, m, s, *, rounding="away", low=-127, exact=True) -> int:
 def requant_data() -> dict:
     cases = {"weights": [(p, 16646144, 33) for p in (19054, 13940, 27724, 4818, 65536)],
              "ties": [(5, 1 << 23, 24), (-5, 1 << 23, 24), (3, 1 << 23, 24), (-3, 1 << 23, 24)],
-             "saturation": [(1000, 1 << 23, 23), (-1000, 1 << 23, 23), (-128, 1 << 23, 23)]}
+             "saturation": [(1000, 1 << 23, 23), (-1000, 1 << 23, 23), (-128, 1 << 23, 23)],
+             # acc * m = (2q + 1) 2^47 - 1, one below a half and past 2^53: exactly it rounds to q,
+             # in float64 the product rounds to the half and then away, to q + 1 (rule 1)
+             "exact": [(815191603, 14674693, 48), (-899697233, 14860623, 48), (2140355085, 7035707, 48)]}
     out = {}
     for key, args in cases.items():
         out[key] = {"args": [list(a) for a in args], "expected": [ref_requant(*a) for a in args],
                     "mistakes": {"even": [ref_requant(*a, rounding="even") for a in args],
                                  "up": [ref_requant(*a, rounding="up") for a in args],
-                                 "low128": [ref_requant(*a, low=-128) for a in args]}}
+                                 "low128": [ref_requant(*a, low=-128) for a in args],
+                                 "float64": [ref_requant(*a, exact=False) for a in args]}}
     acc = [-2 ** 31, 2 ** 31 - 1, 12000, -12000, 30000, -30000, 0, 255, -4242, 65000]
     m, s = 14805262, 34
     out["array"] = {"acc": acc, "m": m, "s": s, "expected": [ref_requant(a, m, s) for a in acc],

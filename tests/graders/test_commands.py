@@ -111,7 +111,7 @@ def test_a_grader_crash_still_produces_a_result(tmp_path, monkeypatch, capsys):
 def test_check_runs_the_public_checks_only(isolation):
     proc = graders("check", "solutions/softmax.ipynb", "--isolation", isolation)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "public tests passed; hidden tests run at grading" in proc.stdout
+    assert "public checks passed; hidden tests run at grading" in proc.stdout
     proc = graders("check", "exercises/softmax.ipynb", "--isolation", isolation)
     assert proc.returncode == 1 and "not implemented yet" in proc.stdout
 

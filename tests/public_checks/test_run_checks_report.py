@@ -107,5 +107,5 @@ def test_passing_reports_name_the_grader_command(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert all(len(line) <= WIDTH for line in out.splitlines())
     assert re.sub(r"\s+", " ", out).strip().endswith(
-        f"{LONG_NAME}: public tests passed; hidden tests run at grading "
+        f"{LONG_NAME}: public checks passed; hidden tests run at grading "
         f"(python -m graders grade exercises/{LONG_NAME}.ipynb).")
