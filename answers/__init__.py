@@ -27,7 +27,6 @@ that process only.
 """
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import inspect
@@ -40,8 +39,9 @@ from typing import Callable
 import numpy as np
 
 from course import catalogue
-from course.notebooks import answer_cells, is_starter_object
-from course.notebooks import is_starter as starter_node
+from course.notebooks import is_starter_object
+
+from .saved import answer_source, defined_names, exercises_folder
 
 __all__ = ["install_from", "install_all", "installed", "missing", "exercises_folder", "say_what_runs", "rebind"]
 
@@ -248,25 +248,6 @@ def _adapt(fn, module, starter):
 # ------------------------------------------------------------------------------ installing
 
 
-def exercises_folder() -> Path:
-    """The exercise notebooks of this copy (``exercises/`` beside the packages)."""
-    return ROOT / "exercises"
-
-
-def _answer_source(nb: dict) -> str:
-    return "\n\n".join(answer_cells(nb))
-
-
-def _defined(source: str) -> dict[str, bool]:
-    """{name: is a starter} of the top-level functions and classes of an answer cell."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return {}
-    return {n.name: starter_node(n) for n in tree.body
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-
-
 def _ga2_parts(exercise: str) -> bool:
     """The exercise builds a part of GA-2 (which ``ga2.install_from`` puts into the machine), and
     this copy has the machine."""
@@ -292,8 +273,8 @@ def install_from(notebook: str | Path, quiet: bool = False) -> list[str]:
         done = ga2.install_from(path)
         _INSTALLED.update({name: path.name for name in done})
         return done
-    source = _answer_source(nb)
-    wanted = [name for name, starter in _defined(source).items() if not starter and _places(name)]
+    source = answer_source(nb)
+    wanted = [name for name, starter in defined_names(source).items() if not starter and _places(name)]
     if not wanted:
         return []
     namespace: dict = {"__name__": f"answer_of_{path.stem}"}
@@ -321,7 +302,7 @@ def install_all(folder: str | Path | None = None, quiet: bool = True) -> list[st
     done = []
     for path in sorted(Path(folder or exercises_folder()).glob("*.ipynb")):
         try:
-            defined = _defined(_answer_source(json.loads(path.read_text(encoding="utf-8"))))
+            defined = defined_names(answer_source(json.loads(path.read_text(encoding="utf-8"))))
         except (OSError, ValueError):
             defined = {}
         if defined and all(defined.values()):       # not written yet: nothing to install, nothing to say

@@ -21,6 +21,8 @@ import re
 import time
 from pathlib import Path
 
+from .saved import answer_source, defined_names, exercises_folder
+
 __all__ = ["AnswerStatus", "answer_status", "introduce", "guard_cells", "stopped", "exercise_link"]
 
 #: The sentence a starter's NotImplementedError begins with names its exercise.
@@ -48,7 +50,6 @@ class AnswerStatus:
 def exercise_link(exercise: str) -> str:
     """The exercise notebook as a Markdown link, relative to the notebook running (its folder is
     the kernel's working folder in JupyterLab)."""
-    from . import exercises_folder
     target = exercises_folder() / f"{exercise}.ipynb"
     try:
         rel = os.path.relpath(target, Path.cwd())
@@ -76,15 +77,14 @@ def _check_functions(nb: dict, namespace: dict) -> list:
 def answer_status(exercise: str) -> AnswerStatus:
     """Whether ``exercise`` is written in its saved notebook, when that was saved, and how many
     of its public checks the saved answer passes."""
-    from . import _answer_source, _defined, exercises_folder
     path = exercises_folder() / f"{exercise}.ipynb"
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         return AnswerStatus(exercise, path, False, None, problem=f"its notebook cannot be read ({err})")
     saved = path.stat().st_mtime
-    source = _answer_source(nb)
-    defined = _defined(source)
+    source = answer_source(nb)
+    defined = defined_names(source)
     if not defined or all(defined.values()):
         return AnswerStatus(exercise, path, False, saved)
     namespace: dict = {"__name__": f"answer_of_{exercise}"}

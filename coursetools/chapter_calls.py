@@ -71,29 +71,33 @@ class CallGraph:
                  if "__pycache__" not in p.parts]
         self.modules = {_module_name(root, p) for p in files}
         for path in files:
-            module = _module_name(root, path)
             try:
                 tree = ast.parse(path.read_text(encoding="utf-8"))
             except SyntaxError:
                 continue
-            imports = _imports(tree, module, path.name == "__init__.py")
-            self.imports[module] = imports
-            defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-            defined = {n.name for n in defs} | {t.id for n in tree.body if isinstance(n, ast.Assign)
-                                                for t in n.targets if isinstance(t, ast.Name)}
-            for node in defs:
-                self.edges[(module, node.name)] = _references(node, imports, module, defined, self.modules)
-            for node in tree.body:      # module-level names bound to others (ALIAS = function)
-                if isinstance(node, ast.Assign):
-                    refs = _references(node.value, imports, module, defined, self.modules)
-                    for t in node.targets:
-                        if isinstance(t, ast.Name):
-                            self.edges.setdefault((module, t.id), set()).update(refs)
-            # a name a module re-exports (``from .x import f``) stands for the definition
-            for local, target in imports.items():
-                if ":" in target:
-                    mod, name = target.split(":", 1)
-                    self.edges.setdefault((module, local), set()).add((mod, name))
+            self._add_module(_module_name(root, path), tree, path.name == "__init__.py")
+
+    def _add_module(self, module: str, tree: ast.Module, is_package: bool) -> None:
+        """The edges of one module: each definition to what it references, each module-level name
+        bound to others (``ALIAS = function``) to those, each re-export to its definition."""
+        imports = _imports(tree, module, is_package)
+        self.imports[module] = imports
+        defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        defined = {n.name for n in defs} | {t.id for n in tree.body if isinstance(n, ast.Assign)
+                                            for t in n.targets if isinstance(t, ast.Name)}
+        for node in defs:
+            self.edges[(module, node.name)] = _references(node, imports, module, defined, self.modules)
+        for node in tree.body:
+            if isinstance(node, ast.Assign):
+                refs = _references(node.value, imports, module, defined, self.modules)
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        self.edges.setdefault((module, t.id), set()).update(refs)
+        # a name a module re-exports (``from .x import f``) stands for the definition
+        for local, target in imports.items():
+            if ":" in target:
+                mod, name = target.split(":", 1)
+                self.edges.setdefault((module, local), set()).add((mod, name))
 
     def reachable(self, roots: set[Qualified]) -> set[Qualified]:
         seen, todo = set(), list(roots)

@@ -616,28 +616,46 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
             to_read.append(path.name)
         sources = [src for _, src in code_cells(nb)]
         imports |= set().union(*map(_imports, sources)) if sources else set()
-        uses = {n: graded[n][0] for n in chapter_calls(sources, graph, set(graded))}
-        if uses:
-            first = next((k for k, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"), -1)
-            answers_cell = _cell("code", (
-                "# Your answers from the exercises, in the engine this chapter runs\n"
-                "import answers\n"
-                f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))}, globals())"))
-            answers_cell["metadata"]["jupyter"] = {"source_hidden": True}    # its paragraph is what it says
-            nb["cells"].insert(first + 1, answers_cell)
+        _insert_answers_cell(nb, {n: graded[n][0] for n in chapter_calls(sources, graph, set(graded))})
         (target / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    for other in sorted(source_dir.iterdir()):          # figures and data the chapters read
-        if other.suffix != ".ipynb" and other.name not in SKIP_PARTS and not other.name.startswith("."):
-            (_copy_tree(other, target / other.name) if other.is_dir() else shutil.copy2(other, target / other.name))
+    _copy_chapter_files(source_dir, target)
     report.append(f"chapters: {len(list(target.glob('*.ipynb')))} notebooks in book/chapters"
                   + (f" (cells of {', '.join(to_read)} to read: they need a module left out)" if to_read else ""))
-    report.append(f"chapters as the site shows them: {figures} glued figures written into the text, the build's "
-                  f"outputs in {with_outputs} chapters"
-                  + (f" (not built, or built from an older version, so without them: {', '.join(unbuilt)}; run 'make book')" if unbuilt else "")
-                  if with_outputs else
-                  "chapters: no outputs and glued figures left as roles (the site is not built: run 'make book', "
-                  "then 'make release' again)")
+    report.append(_chapters_shown(figures, with_outputs, unbuilt))
     return imports
+
+
+def _insert_answers_cell(nb: dict, uses: dict[str, str]) -> None:
+    """After the chapter's first code cell (which sets the machine up before numpy is imported), a
+    cell that installs the learner's answers and says what the chapter runs on; none when the
+    chapter calls no graded function (``uses``: {function: its exercise})."""
+    if not uses:
+        return
+    first = next((k for k, c in enumerate(nb["cells"]) if c.get("cell_type") == "code"), -1)
+    answers_cell = _cell("code", (
+        "# Your answers from the exercises, in the engine this chapter runs\n"
+        "import answers\n"
+        f"answers.say_what_runs({json.dumps(dict(sorted(uses.items())))}, globals())"))
+    answers_cell["metadata"]["jupyter"] = {"source_hidden": True}    # its paragraph is what it says
+    nb["cells"].insert(first + 1, answers_cell)
+
+
+def _copy_chapter_files(source_dir: Path, target: Path) -> None:
+    """The figures and data the chapters read, beside them."""
+    for other in sorted(source_dir.iterdir()):
+        if other.suffix != ".ipynb" and other.name not in SKIP_PARTS and not other.name.startswith("."):
+            (_copy_tree(other, target / other.name) if other.is_dir() else shutil.copy2(other, target / other.name))
+
+
+def _chapters_shown(figures: int, with_outputs: int, unbuilt: list[str]) -> str:
+    """The report's line on the chapters as the site shows them: figures written in, outputs kept."""
+    if not with_outputs:
+        return ("chapters: no outputs and glued figures left as roles (the site is not built: run 'make book', "
+                "then 'make release' again)")
+    return (f"chapters as the site shows them: {figures} glued figures written into the text, the build's "
+            f"outputs in {with_outputs} chapters"
+            + (f" (not built, or built from an older version, so without them: {', '.join(unbuilt)}; "
+               f"run 'make book')" if unbuilt else ""))
 
 
 #: The copy's own wording of grading: ``public_checks.handing_in`` with this line.

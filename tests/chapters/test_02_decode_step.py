@@ -158,7 +158,7 @@ def test_starter_cells_report_not_implemented_and_solutions_pass(name):
         if folder == "exercises":
             assert not result and "not implemented yet" in out.getvalue()
         else:
-            assert result and "5 of 5 public checks passed" in out.getvalue()
+            assert result and "7 of 7 public checks passed" in out.getvalue()
 
 
 # ---------------------------------------------------------------- public checks: right and wrong answers
@@ -199,7 +199,7 @@ def step_writing_into_arrays(x, cache, p):
 @pytest.mark.parametrize("name, fn", [("attend_step", good_step)])
 def test_public_checks_pass_a_correct_answer(name, fn):
     outcomes = evaluate(name, fn)
-    assert 3 <= len(outcomes) <= 5
+    assert 3 <= len(outcomes) <= 7          # few: the hidden tests do the rest
     assert all(o.status == "passed" for o in outcomes), [o for o in outcomes if o.status != "passed"]
 
 

@@ -585,7 +585,14 @@ def test_ch7_the_gap_between_speedups_is_placed_by_the_measurements(ch7):
     near_a_boundary = any(abs(r - b) < 0.02 for r in (rec / rec_p, cached / cached_p,
                                                      (rec / rec_p) / (cached / cached_p))
                           for b in (1.15, 1 / 1.15))
-    assert g["ch7_gap_words"] == words or near_a_boundary
+    # the page computed its words from unrounded times, the test from the glued (rounded) ones: the
+    # words must agree but for the quotient's last digit, which must agree to within 3 %
+    pattern = re.compile(r"\d+\.\d+")
+    shown, mine = pattern.findall(g["ch7_gap_words"]), pattern.findall(words)
+    same_words = pattern.sub("Q", g["ch7_gap_words"]) == pattern.sub("Q", words)
+    same_number = len(shown) == len(mine) and all(abs(float(a) - float(b)) <= 0.03 * float(b)
+                                                  for a, b in zip(shown, mine))
+    assert (same_words and same_number) or near_a_boundary, (g["ch7_gap_words"], words)
     assert g["ch7_gap_words"].startswith("the measured speedup is ")
     assert g["ch7_rec_words"] == against_its_prediction(rec, rec_p) or near_a_boundary
     md = "\n".join(c.source for c in nbformat.read(CH7, as_version=4).cells if c.cell_type == "markdown")

@@ -105,15 +105,13 @@ def copy_lab(learner_copy, tmp_path):
 
 
 @pytest.fixture
-def page(tmp_path):
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
-        try:
-            yield browser.new_page(viewport={"width": 1280, "height": 900})
-        finally:
-            browser.close()
+def page(tmp_path, playwright_driver):
+    browser = playwright_driver.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                                args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+    try:
+        yield browser.new_page(viewport={"width": 1280, "height": 900})
+    finally:
+        browser.close()
 
 
 def _open(page, base: str, name: str) -> None:

@@ -63,30 +63,25 @@ def base_url(site: Path):
 
 
 @pytest.fixture(scope="session")
-def browser():
+def browser(playwright_driver):
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         pytest.fail(f"Chromium is not installed at {CHROMIUM}: run 'make system-deps' as root "
                     f"(apt-get install chromium)", pytrace=False)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the playwright Python package is missing: run 'make venv'", pytrace=False)
     profile = tempfile.mkdtemp(prefix="kvcourse-chromium-")
-    with sync_playwright() as playwright:
-        # A fresh profile each run; launch_persistent_context is Playwright's way to name it.
-        context = playwright.chromium.launch_persistent_context(
-            profile,
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_FLAGS,
-            viewport={"width": 1280, "height": 900},
-            service_workers="block",
-        )
-        try:
-            yield context
-        finally:
-            context.close()
-            shutil.rmtree(profile, ignore_errors=True)
+    # A fresh profile each run; launch_persistent_context is Playwright's way to name it.
+    context = playwright_driver.chromium.launch_persistent_context(
+        profile,
+        executable_path=CHROMIUM,
+        headless=True,
+        args=CHROMIUM_FLAGS,
+        viewport={"width": 1280, "height": 900},
+        service_workers="block",
+    )
+    try:
+        yield context
+    finally:
+        context.close()
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

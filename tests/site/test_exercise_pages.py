@@ -130,7 +130,7 @@ def test_an_exercise_page_runs_its_public_checks(name, browser, base_url, cases,
         assert text == said and "not implemented" in text
         assert page.evaluate("document.querySelector('progress').max") > 20e6    # the bytes it fetched
 
-        for kind, marker in (("wrong", "[FAIL]"), ("solution", "public tests passed")):
+        for kind, marker in (("wrong", "[FAIL]"), ("solution", "public checks passed")):
             code, said = cases[name][kind]
             page.evaluate("(c) => courseExercise.setCode(c)", code)
             text = _run(page)

@@ -118,7 +118,7 @@ def answer_cases():
     return cases
 
 
-def test_no_function_of_the_public_checks_computes_an_answer():
+def test_no_function_of_the_public_checks_computes_an_answer(course_modules_kept):
     """Call every function the public checks define as if it were an answer, on the stored
     cases: none may return the stored answers (the checks compare; they do not compute)."""
     modules = [importlib.import_module(f"public_checks.{p.stem}") for p in (ROOT / "public_checks").glob("*.py")

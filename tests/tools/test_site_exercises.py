@@ -76,21 +76,6 @@ def find_leaks_in_notebook(nb, name):
     return leaks_in_notebook(nb, f"{name}.ipynb")
 
 
-@pytest.fixture
-def course_modules_kept():
-    """``browser.run`` imports the course's packages afresh, as every Run on a page does; put this
-    process's modules back afterwards, or a later test here would meet two of ga2's classes."""
-    from public_checks import browser
-
-    def mine():
-        return [k for k in sys.modules if k.split(".")[0] in browser.COURSE_PACKAGES]
-    saved = {k: sys.modules[k] for k in mine()}
-    yield
-    for k in mine():
-        del sys.modules[k]
-    sys.modules.update(saved)
-
-
 def test_the_driver_prints_what_the_notebook_prints(tmp_path, monkeypatch, capsys, course_modules_kept):
     """public_checks.browser.run, in this Python: the answer cell then the checks cell, the report
     of run_checks unchanged, an error in the answer shown as Python shows it."""
