@@ -53,6 +53,8 @@ Making the cache smaller (Part V), on the real model:
                    their costs, RoPE against absorption, the decoupled RoPE key (chapter 12)
     head_conversion   a trained model's key/value heads pooled, or its key/value projections
                    truncated by SVD to a latent cache, without retraining (chapter 12)
+    fewer_tokens   which positions a query sees: window and sink masks over a real model's pass,
+                   the attention on the first positions, the evicting caches' logits (chapter 14)
 
 Nothing is imported here: a chapter imports ``lessons.machine_facts`` before numpy is loaded.
 """
