@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ("causal_attention", "attend_step", "batched_decode_step", "latent_attend_step", "speculative_accept")
+NAMES = ("causal_attention", "attend_step", "batched_decode_step", "latent_attend_step", "speculative_accept",
+         "keep_positions")
 
 
 def weights(scores):
@@ -113,4 +114,19 @@ def test_speculative_accept_example(folder):
     # accepted at 0.5 < 0.571: p_2's running sums 0.5, 0.75: 0.5 is not past 0.5
     assert ns["expected"][(0.9, 0.5, 0.5)] == [draft[0], draft[1], 1]
     for words in ("0.571", "(0.2, 0.1, 0)", "0.15", "`[1, 0]`", "`[1, 2, 1]`"):
+        assert words in text, words
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_keep_positions_example(folder):
+    """The example walked by hand: the sink, the two recent positions whatever their scores, and
+    the two largest scores between them; the tie example of the text; the special cases."""
+    text, _, ns = example(folder, "keep_positions")
+    scores = ns["acc_scores"].tolist()
+    between = {j: scores[j] for j in range(1, 6)}                       # after the sink, before the recent
+    heaviest = sorted(sorted(between, key=lambda j: -between[j])[:2])
+    assert ns["expected"][(5, 1, 2)] == sorted([0, *heaviest, 6, 7]) == [0, 2, 4, 6, 7]
+    assert max(scores) == scores[6]                                     # the recent one with the largest score
+    assert ns["expected"][(5, 0, 5)] == list(range(3, 8)) and ns["expected"][(9, 1, 2)] == list(range(8))
+    for words in ("`[0, 2, 4, 6, 7]`", "`[0, 1, 2, 7]`", "(1, 2, 2, 2, 2, 1, 1, 3)", "4 (4.0) and position 2 (3.0)"):
         assert words in text, words
