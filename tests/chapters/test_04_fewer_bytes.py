@@ -5,12 +5,13 @@ distribution, and the time half the bytes buy.
 The formats' figures are pinned against IEEE's and bfloat16's definitions and the model's sizes,
 counted here by hand; the measured ones (KL, perplexity, times) for their order and form only.
 """
+import os
 import re
 
 import nbformat
 import pytest
 
-from chapter_notebooks import (assert_glue_references_resolve, chapter_path, errors, executed,
+from chapter_notebooks import (assert_glue_references_resolve, chapter_path, errors, execute, executed, glued,
                                self_check_pairs)
 from coursetools.answer_leaks import describe, leaks_in_notebook
 
@@ -119,3 +120,20 @@ def test_the_detour_shows_no_answer_and_no_warning(ch4):
              if (o.get("output_type") == "stream" and o.get("name") == "stderr")
              or "Warning" in o.get("text", "") or "Warning" in o.get("data", {}).get("text/plain", "")]
     assert not noisy, noisy
+
+
+def test_the_detour_builds_on_a_machine_with_a_300_mib_cache_and_little_free_memory(tmp_path):
+    """Chapter 4's small machine (a 300 MiB last-level cache, 2 GiB free): the page measures the
+    copy and the formats that fit, and says what it left unmeasured rather than failing."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import lessons.machine_facts as machine\n"
+        "machine.read_machine = lambda: machine.MachineFacts(llc_bytes=300 * 2**20, mem_available_bytes=2 * 2**30,\n"
+        "                                                    logical_cpus=64, usable_cpus=64, cpu_model='test')\n")
+    nb = execute(DETOUR, {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])})
+    g = glued(nb)
+    assert not errors(nb)
+    assert_glue_references_resolve(nb, g, "ch4_")
+    assert g["ch4_half_measured"] in ("measured", "unmeasured")
+    for name in ("bfloat16", "float16"):
+        value = g[f"ch4_q_w_{name}_kl"]
+        assert value == "unmeasured" or float(value) < 0.01, (name, value)
