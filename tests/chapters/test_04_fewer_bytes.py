@@ -102,7 +102,7 @@ def test_the_detour_is_a_page_of_its_own_after_the_chapter(ch4):
         assert right in flat, right
     assert "tensor cores read 2-byte values directly" not in flat
     pairs = self_check_pairs(nb)
-    assert len(pairs) == 2 and all(answered for _, answered in pairs), pairs
+    assert len(pairs) == 4 and all(answered for _, answered in pairs), pairs
     assert md.index("## Summary") < md.index("## Self-check questions") < md.index("## Sources and further reading")
     assert md[md.index("## Sources and further reading"):].count("](https://") >= 5
     toc = (chapter_path("04_memory_bound").parents[2] / "_toc.yml").read_text()
@@ -137,3 +137,13 @@ def test_the_detour_builds_on_a_machine_with_a_300_mib_cache_and_little_free_mem
     for name in ("bfloat16", "float16"):
         value = g[f"ch4_q_w_{name}_kl"]
         assert value == "unmeasured" or float(value) < 0.01, (name, value)
+
+
+def test_the_detour_s_self_check_figures(ch4):
+    """int8 rows of 64 with a float32 scale: 180 rows of 68 bytes a token; the KL ratio is the
+    measured ratio of the two caches' KL divergences (3 fewer mantissa bits: about 64)."""
+    _, g = ch4
+    assert g["ch4_bytes_c8"] == f"{2 * 30 * 3 * (64 + 4):,}" == "12,240"
+    ratio = float(g["ch4_q_c_bfloat16_kl"]) / float(g["ch4_q_c_float16_kl"])
+    assert abs(int(g["ch4_q_kl_ratio"]) - ratio) <= 0.1 * ratio + 1       # the glued KLs are rounded to 2 digits
+    assert 8 < int(g["ch4_q_kl_ratio"]) < 512

@@ -308,7 +308,7 @@ def test_chapter_structure():
     md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert md.lstrip().startswith("# ") and md.count("\n# ") == 0
     pairs = self_check_pairs(nb)                # each answer a toggle right under its question
-    assert len(pairs) >= 3 and all(answered for _, answered in pairs), pairs
+    assert len(pairs) >= 4 and all(answered for _, answered in pairs), pairs
     assert md.index("## Self-check questions") < md.index("## Exercises")
     for name in names:
         link = f"../../exercises/{name}.ipynb"

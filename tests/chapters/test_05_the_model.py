@@ -105,7 +105,7 @@ def test_the_model_page_opens_the_chapter_and_hands_over_to_the_batches():
     assert md.lstrip().startswith("# ") and md.count("\n# ") == 0
     assert "(05_batches.ipynb)" in md and "## A batch" not in md
     pairs = self_check_pairs(nb)
-    assert len(pairs) == 3 and all(answered for _, answered in pairs), pairs
+    assert len(pairs) == 4 and all(answered for _, answered in pairs), pairs
     assert md.index("## Summary") < md.index("## Self-check questions") < md.index("## Sources and further reading")
     for cell in nb.cells:
         assert not re.search(r"\bseeds?\b", cell.source, flags=re.IGNORECASE), cell.source[:60]
@@ -124,3 +124,9 @@ def test_the_model_page_shows_no_answer(ch5, tmp_path):
     path = tmp_path / "model.ipynb"
     nbformat.write(nb, path)
     assert not find_leaks(path)
+
+
+def test_the_model_page_s_grouped_heads_question(ch5):
+    """SmolLM-135M with G = H = 9 key/value heads: 2 x 30 x 9 x 64 x 2 bytes a token."""
+    _, g = ch5
+    assert g["ch5_qm_mha"] == f"{2 * 30 * 9 * 64 * 2:,}" == "69,120"
