@@ -2,6 +2,9 @@
 
     contiguous   ``kvcache.cache.contiguous_cache``: one preallocated buffer pair per layer
     paged        ``kvcache.paged.paged_cache``: fixed-size blocks from one pool, with block tables
+    window       ``kvcache.window.window_cache``: a ring buffer of ``sinks`` + ``window`` slots (window=W, sinks=S)
+    h2o          ``kvcache.h2o.h2o_cache``: ``budget`` slots, the ``recent`` newest kept, the rest by
+                 accumulated attention (budget=B, recent=R)
 
 A layout is a factory ``factory(n_layers, batch, kv_heads, head_dim, max_len, dtype, compute_dtype,
 capacity, **options) -> KVCache``; another is added with ``register_cache(name)``.  The table lives
@@ -12,11 +15,14 @@ from __future__ import annotations
 import inspect
 
 from .cache import KVCache, contiguous_cache
+from .h2o import h2o_cache
 from .paged import paged_cache
+from .window import window_cache
 
 __all__ = ["CACHE_KINDS", "register_cache", "new_cache"]
 
-CACHE_KINDS: dict = {"contiguous": contiguous_cache, "paged": paged_cache}
+CACHE_KINDS: dict = {"contiguous": contiguous_cache, "paged": paged_cache, "window": window_cache,
+                     "h2o": h2o_cache}
 
 
 def register_cache(name: str):
