@@ -297,7 +297,7 @@ def _write_pyproject(root: Path, tmp: Path, packages: list[str]) -> None:
     data = _package_data(root, shipped)
     dependencies = learner_requirements(root, tmp)
     (tmp / METADATA_DIR).mkdir(exist_ok=True)
-    (tmp / METADATA_DIR / "README.txt").write_text(
+    (tmp / METADATA_DIR / "README").write_text(
         "pip install -e . writes the course package's metadata (kv_cache_course_learner.egg-info) here,\n"
         "as pyproject.toml asks, rather than at the top of the copy.\n", encoding="utf-8")
     (tmp / "pyproject.toml").write_text(
