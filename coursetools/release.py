@@ -250,13 +250,11 @@ def _requirement_name(line: str) -> str:
     return re.split(r"[<>=!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("-", "_")
 
 
-#: What running the notebooks needs whatever they import: JupyterLab and its Python kernel.
-TO_RUN_NOTEBOOKS = ("jupyterlab", "ipykernel")
-#: What the copy's JupyterLab needs beyond the course's own environment: the MyST renderer, so that
-#: a chapter's admonitions, dropdowns (closed), math and links read as on the site (2.7 tried in
-#: Chromium with the chapters; the course's own venv leaves it out: its JupyterLab tests count
-#: console errors, and it logs some).
-LEARNER_ONLY = ("jupyterlab-myst>=2.7,<3",)
+#: What running the notebooks needs whatever they import: JupyterLab, its Python kernel, and the MyST
+#: renderer, so that a chapter's admonitions, dropdowns (closed), math and links read as on the site
+#: (``make lab`` has it too; the course's JupyterLab settings turn off the cell toolbar, which throws
+#: on its cells).
+TO_RUN_NOTEBOOKS = ("jupyterlab", "ipykernel", "jupyterlab_myst")
 
 
 def learner_requirements(root: Path, tmp: Path) -> list[str]:
@@ -267,7 +265,7 @@ def learner_requirements(root: Path, tmp: Path) -> list[str]:
         return []
     lines = [line.strip() for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
-    return [line for line in lines if _requirement_name(line) in wanted] + list(LEARNER_ONLY)
+    return [line for line in lines if _requirement_name(line) in wanted]
 
 
 def _package_data(root: Path, shipped: list[str]) -> dict[str, list[str]]:
