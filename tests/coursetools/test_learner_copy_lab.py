@@ -191,11 +191,12 @@ def test_the_copys_readme_opens_rendered(copy_lab, page, screenshots_dir):
     page.goto(base + "lab/tree/README.md", wait_until="load", timeout=TIMEOUT_MS)
     page.wait_for_function("() => window.jupyterapp && jupyterapp.shell.currentWidget && "
                            "jupyterapp.shell.currentWidget.title.label === 'README.md' && "
-                           "jupyterapp.shell.currentWidget.node.querySelector('.jp-RenderedMarkdown h2')",
+                           "jupyterapp.shell.currentWidget.node.querySelector('h2')",
                            timeout=TIMEOUT_MS)
     widget = "jupyterapp.shell.currentWidget.node"
-    assert page.evaluate(f"() => {widget}.querySelector('.jp-FileEditor')") is None, "the README opened as source"
-    title = page.evaluate(f"() => {widget}.querySelector('.jp-RenderedMarkdown h1').textContent")
+    assert page.evaluate(f"() => {widget}.querySelector('.jp-FileEditor, .cm-editor')") is None, (
+        "the README opened as source")
+    title = page.evaluate(f"() => {widget}.querySelector('h1').textContent").replace("\u2019", "'")
     assert title.startswith("The KV cache course: the learner's copy"), title
     text = page.evaluate(f"() => {widget}.innerText")
     assert "How to hand in" in text and "## " not in text and "```" not in text
@@ -236,6 +237,7 @@ def test_a_saved_answer_that_fails_its_public_checks_is_named_before_the_chapter
     bold = page.evaluate("() => Array.from(jupyterapp.shell.currentWidget.content.node"
                          ".querySelectorAll('.jp-OutputArea strong')).map(e => e.innerText)")
     assert any(re.fullmatch(r"fails \d+ of its \d+ public checks", b) for b in bold), bold
+    page.locator(".jp-OutputArea strong").first.scroll_into_view_if_needed()
     page.screenshot(path=str(screenshots_dir / "copy_lab__02_decode_step__failing_answer.png"), full_page=False)
     page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
 
