@@ -237,3 +237,10 @@ def test_cli_takes_int4_and_int2_and_prints_the_bytes_kept(capsys, dtype):
     # allocated for L_max = 45: one group of codes and scales, and a window, per head and layer
     per_head = 2 * 32 * D * bits // 8 + D * 8 + 32 * 8 + 2 * GROUP * D * 4
     assert result["cache_bytes"] == 2 * G * per_head
+
+
+@pytest.mark.parametrize("layout", ["window", "h2o"])
+def test_evicting_layouts_refuse_grouped_formats_clearly(model, layout):
+    options = {"window": 8, "sinks": 2} if layout == "window" else {"budget": 8, "recent": 4}
+    with pytest.raises(ValueError, match="groups of tokens"):
+        model.new_cache(1, 64, kind=layout, dtype="int4", **options)
