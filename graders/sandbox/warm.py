@@ -29,7 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import supervisor as _supervisor
+from . import supervisor as _supervisor
 from .cgroups import Cgroup
 from .commands import bwrap_prefix, supervisor_cmd
 from .interpreter import site_dirs
@@ -37,7 +37,7 @@ from .folders import work_folder
 from .limits import Limits, Run
 from .sweep import sweep_processes, track, untrack
 from .watch import drain, read_report, watch
-from ..transcript import Transcript
+from .transcript import Transcript
 
 START_SECONDS = 10.0         # the longest a warm sandbox may take to start a run
 STOP_SECONDS = 4.0           # ... or to end one it was asked to stop

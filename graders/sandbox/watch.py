@@ -14,7 +14,7 @@ import selectors
 import subprocess
 import time
 
-from ..transcript import MAX_LINE
+from .transcript import MAX_LINE
 from .limits import Limits, Run
 
 GRACE = 1.0           # seconds the grader waits beyond the harness's own timer before killing
