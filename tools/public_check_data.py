@@ -696,6 +696,64 @@ def latent_attend_step_data() -> dict:
     return {"first_step_shapes": shapes, "worked_example": example, "random": random, "one_head": one_head}
 
 
+def ref_speculative_accept(draft, q, p, u, *, residual="clamped", which_u="k", bonus=True) -> list[int]:
+    """The acceptance rule over exact fractions of the stored floats: x_i kept while u_i q_i(x)
+    < p_i(x); at the first rejection (or after all k) the smallest j with r_0 + .. + r_j >
+    u_k (r_0 + .. + r_{V-1}), r = max(0, p_i - q_i) (or p_k).  ``residual="p"``, ``which_u="i"``
+    and ``bonus=False`` are the mistakes the checks name."""
+    F = Fraction
+    k = len(draft)
+
+    def draw(weights, v):
+        total, running = sum(weights, F(0)), F(0)
+        for j, w in enumerate(weights):
+            running += w
+            if running > F(v) * total:
+                return j
+        return len(weights) - 1
+
+    for i in range(k):
+        x = draft[i]
+        if F(u[i]) * F(q[i][x]) < F(p[i][x]):
+            continue
+        if residual == "p":
+            weights = [F(a) for a in p[i]]
+        else:
+            weights = [max(F(0), F(a) - F(b)) for a, b in zip(p[i], q[i])]
+        return list(draft[:i]) + [draw(weights, u[i] if which_u == "i" else u[k])]
+    return list(draft) + ([draw([F(a) for a in p[k]], u[k])] if bonus else [])
+
+
+def _speculative_case(draft, q, p, u) -> dict:
+    return {"draft_tokens": draft, "q_probs": q, "p_probs": p, "uniforms": u,
+            "expected": ref_speculative_accept(draft, q, p, u),
+            "mistakes": {"from_p": ref_speculative_accept(draft, q, p, u, residual="p"),
+                         "rejecting_uniform": ref_speculative_accept(draft, q, p, u, which_u="i"),
+                         "no_bonus": ref_speculative_accept(draft, q, p, u, bonus=False)}}
+
+
+def speculative_accept_data() -> dict:
+    q = [[0.2, 0.5, 0.3], [0.1, 0.2, 0.7]]
+    p = [[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25]]
+    rng = np.random.default_rng(15)
+    V, k = 6, 4
+    rq = [list(row / row.sum()) for row in rng.random((k, V)) + 0.05]
+    rp = [list(row / row.sum()) for row in rng.random((k + 1, V)) + 0.05]
+    rdraft = [int(rng.choice(V, p=row)) for row in rq]
+    return {
+        "worked_example": _speculative_case([1, 2], q, p, [0.9, 0.7, 0.5]),
+        "worked_example_all_accepted": _speculative_case([1, 2], q, p, [0.9, 0.5, 0.5]),
+        "first_rejected": _speculative_case([0, 3], [[0.5, 0.25, 0.125, 0.125], [0.25] * 4],
+                                            [[0.125, 0.25, 0.375, 0.25], [0.25] * 4, [0.25] * 4], [0.5, 0.0, 0.7]),
+        "no_draft": _speculative_case([], [], [[0.125, 0.5, 0.125, 0.25]], [0.6]),
+        "greedy": _speculative_case([3, 1, 4], [[0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0],
+                                                [0.0, 0.0, 0.0, 0.0, 1.0]],
+                                    [[0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0],
+                                     [0.0, 0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]], [0.3, 0.8, 0.1, 0.6]),
+        "random": _speculative_case(rdraft, rq, rp, [float(v) for v in (0.31, 0.83, 0.62, 0.08, 0.55)]),
+    }
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
@@ -704,7 +762,7 @@ BUILDERS = {
     "BlockAllocator": block_allocator_data, "reorder_cache": reorder_cache_data,
     "blocked_decode": blocked_decode_data, "requant": requant_data,
     "attention_tail": attention_tail_data, "mutants": mutants_data,
-    "latent_attend_step": latent_attend_step_data,
+    "latent_attend_step": latent_attend_step_data, "speculative_accept": speculative_accept_data,
 }
 
 

@@ -184,6 +184,10 @@ CASES = [
     # patched comparisons of the process; a property test counts only with the right answer
     ("latent_liar_cache.py", "latent_attend_step", {"ok"}, "it is a submission.LiarCache", ALL_TESTS, FAST),
     ("latent_patch_numpy.py", "latent_attend_step", {"ok"}, "differs", ALL_TESTS, FAST),
+    # speculative sampling: a list of tokens that equals anything; the patched comparisons of the
+    # process (and len); a property test counts only with the right answer
+    ("speculative_liar_list.py", "speculative_accept", {"ok"}, "LiarTokens", ALL_TESTS, FAST),
+    ("speculative_patch_numpy.py", "speculative_accept", {"ok"}, "should be", ALL_TESTS, FAST),
 ]
 
 
@@ -278,6 +282,17 @@ def test_no_latent_attention_is_within_reach(isolation):
                            limits=Limits(test_seconds=3, submission_seconds=30))
     assert_zero(result)
     assert "no latent attention within reach" in "\n".join(t["output"] for t in result["tests"])
+    assert_grading_goes_on(isolation)
+
+
+def test_no_acceptance_rule_is_within_reach(isolation):
+    """The lessons' rule, the hidden tests' reference and the solution notebook: none can be
+    imported or read from the sandbox, and the attack that looks for them earns nothing."""
+    needs(isolation, "file_view")
+    result = grade_hostile("speculative_reference.py", "speculative_accept", isolation,
+                           limits=Limits(test_seconds=3, submission_seconds=30))
+    assert_zero(result)
+    assert "no acceptance rule within reach" in "\n".join(t["output"] for t in result["tests"])
     assert_grading_goes_on(isolation)
 
 

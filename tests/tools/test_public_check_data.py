@@ -148,3 +148,18 @@ def test_the_public_checks_import_nothing_of_the_course():
         for name in ("kvcache", "graders", "solutions", "coursebook", "tools"):
             assert f"import {name}" not in source and f"from {name}" not in source, (path.name, name)
     assert not (ROOT / "public_checks" / "_reference.py").exists()
+
+
+def test_speculative_accept_data_agrees_with_the_lessons():
+    from lessons.speculative_sampling import speculative_accept
+    d = data("speculative_accept")
+    for key in ("worked_example", "worked_example_all_accepted", "first_rejected", "no_draft", "greedy", "random"):
+        case = d[key]
+        p = np.array(case["p_probs"])
+        q = np.array(case["q_probs"]).reshape(len(case["draft_tokens"]), p.shape[1])
+        got = speculative_accept(np.array(case["draft_tokens"], dtype=np.int64), q, p, np.array(case["uniforms"]))
+        assert got == case["expected"], key
+    assert d["worked_example"]["expected"] == [1, 0] and d["worked_example_all_accepted"]["expected"] == [1, 2, 1]
+    for key in ("first_rejected", "random"):                          # the stored mistakes differ from the answer
+        assert d[key]["mistakes"]["from_p"] != d[key]["expected"]
+    assert d["no_draft"]["mistakes"]["no_bonus"] == []
