@@ -769,6 +769,60 @@ def speculative_accept_data() -> dict:
     }
 
 
+def ref_quantize(x, bits, axis, how="round") -> dict:
+    """Codes, scale and offset of x (a list of rows) per channel (axis 0) or per token (axis 1),
+    slice by slice over Python floats; ``how``: "round" (halves to even), "floor"."""
+    T, d = len(x), len(x[0])
+    slices = [[x[t][j] for t in range(T)] for j in range(d)] if axis == 0 else [list(row) for row in x]
+    top = 2 ** bits - 1
+    codes_by_slice, scales, offsets = [], [], []
+    for values in slices:
+        low = min(values)
+        scale = (max(values) - low) / top
+        if scale == 0:
+            codes_by_slice.append([0] * len(values))
+        else:
+            step = [(v - low) / scale for v in values]
+            codes_by_slice.append([max(0, min(top, math.floor(q) if how == "floor" else round(q))) for q in step])
+        scales.append(scale)
+        offsets.append(low)
+    if axis == 0:
+        codes = [[codes_by_slice[j][t] for j in range(d)] for t in range(T)]
+        return {"codes": codes, "scale": [scales], "offset": [offsets]}
+    return {"codes": codes_by_slice, "scale": [[s] for s in scales], "offset": [[o] for o in offsets]}
+
+
+def ref_dequantize(q: dict) -> list:
+    """codes * scale + offset, broadcast, over Python floats."""
+    one_row = len(q["scale"]) == 1
+    out = []
+    for t, row in enumerate(q["codes"]):
+        s, o = (q["scale"][0], q["offset"][0]) if one_row else ([q["scale"][t][0]] * len(row), [q["offset"][t][0]] * len(row))
+        out.append([c * s[j] + o[j] for j, c in enumerate(row)])
+    return out
+
+
+def _quantize_case(x, bits, axis) -> dict:
+    return {"x": x, "bits": bits, "axis": axis, "expected": ref_quantize(x, bits, axis),
+            "decoded": ref_dequantize(ref_quantize(x, bits, axis)),
+            "mistakes": {"floor": ref_quantize(x, bits, axis, "floor")["codes"],
+                         "other_axis": ref_quantize(x, bits, 1 - axis)["codes"]}}
+
+
+def quantize_kv_data() -> dict:
+    example = [[0.0, -0.5, 8.0, 1.0], [1.0, 0.5, 2.0, 1.0], [-0.5, 1.0, 6.0, 1.0]]
+    rng = np.random.default_rng(13)
+    keys = [[round(float(v), 6) for v in row] for row in rng.standard_normal((6, 5)) * [1, 1, 12, 1, 1]]
+    values = [[round(float(v), 6) for v in row] for row in rng.standard_normal((4, 8))]
+    return {
+        "worked_example_per_channel": _quantize_case(example, 2, 0),
+        "worked_example_per_token": _quantize_case(example, 2, 1),
+        "constant": _quantize_case([[2.0, -1.0], [2.0, 0.5], [2.0, 3.0]], 3, 0),
+        "random_keys": _quantize_case(keys, 4, 0),
+        "random_values": _quantize_case(values, 2, 1),
+    }
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
@@ -778,6 +832,7 @@ BUILDERS = {
     "blocked_decode": blocked_decode_data, "requant": requant_data,
     "attention_tail": attention_tail_data, "mutants": mutants_data,
     "latent_attend_step": latent_attend_step_data, "speculative_accept": speculative_accept_data,
+    "quantize_kv": quantize_kv_data,
 }
 
 
