@@ -197,6 +197,11 @@ def causal_attention_data() -> dict:
         "three_tokens": _attention_case(X, X, [[1.0, 0.0], [0.0, 2.0], [1.0, 2.0]]),
         "future": leak,
         "random": _attention_case(random["Q"], random["K"], random["V"]),
+        # scores of about 10^4 (queries and keys of length about 100): exp overflows unless the
+        # largest score is subtracted first
+        "large_scores": _attention_case([[100.0, 0.0], [90.0, 10.0], [100.0, 20.0]],
+                                        [[100.0, 0.0], [90.0, 10.0], [100.0, 20.0]],
+                                        [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
     }
 
 
@@ -597,6 +602,9 @@ def block_allocator_data() -> dict:
         _allocator_case("a double free", 2, [a, ("free", 0), ("free", 0), ("num_free",)]),
         _allocator_case("a freed block comes back", 2,
                         [a, a, ("free", 0), a, a, ("free", 1), ("free", 3), ("num_free",)]),
+        _allocator_case("a fork of a free block", 2,
+                        [a, ("free", 0), ("fork", 0), ("num_free",), ("fork", None, 1), ("num_free",), a, a,
+                         ("num_free",)]),
     ]}
 
 
@@ -623,7 +631,11 @@ def batched_decode_step_data() -> dict:
     rng = np.random.default_rng(52)
     grouped = _batched_case(_normal(rng, (3, 6, 4)), _normal(rng, (3, 2, 7, 4)), _normal(rng, (3, 2, 7, 4)),
                             [2, 7, 4])
-    return {"shapes": shapes, "by_hand": by_hand, "grouped": grouped}
+    # scores of about 10^4: the by-hand case with queries and keys 100 times longer
+    large = _batched_case(q=[[[100.0 * x for x in head] for head in seq] for seq in by_hand["q"]],
+                          K=[[[[100.0 * x for x in row] for row in g] for g in seq] for seq in by_hand["K"]],
+                          V=by_hand["V"], lengths=[1, 3])
+    return {"shapes": shapes, "by_hand": by_hand, "grouped": grouped, "large_scores": large}
 
 
 def _integer_cache(rng, n_layers, B, G, T, d) -> list:
@@ -693,7 +705,10 @@ def latent_attend_step_data() -> dict:
     random = _latent_case(_normal(rng, (6, 5)), _latent_weights(rng, 5, 3, 2, 4), 3)
     rng = np.random.default_rng(14)
     one_head = _latent_case(_normal(rng, (4, 3)), _latent_weights(rng, 3, 1, 3, 2), 1)
-    return {"first_step_shapes": shapes, "worked_example": example, "random": random, "one_head": one_head}
+    # scores of about 10^4: the worked example with Wq and Wuk 100 times larger
+    large = _latent_case(example["X"], dict(example["p"], Wq=[[100.0, 0.0], [0.0, 100.0]], Wuk=[[100.0, -100.0]]), 2)
+    return {"first_step_shapes": shapes, "worked_example": example, "random": random, "one_head": one_head,
+            "large_scores": large}
 
 
 def ref_speculative_accept(draft, q, p, u, *, residual="clamped", which_u="k", bonus=True) -> list[int]:
