@@ -168,7 +168,8 @@ def test_starter_cells_report_not_implemented_and_solutions_pass(name):
         if folder == "exercises":
             assert not result and "not implemented yet" in out.getvalue()
         else:
-            assert result and "5 of 5 public checks passed" in out.getvalue()
+            count = {"softmax": 6, "causal_attention": 7}[name]     # what the statement stresses too
+            assert result and f"{count} of {count} public checks passed" in out.getvalue()
 
 
 # ---------------------------------------------------------------- public checks: right and wrong answers
@@ -210,7 +211,7 @@ def causal_without_scale(Q, K, V):
 @pytest.mark.parametrize("name, fn", [("softmax", good_softmax), ("causal_attention", good_causal)])
 def test_public_checks_pass_a_correct_answer(name, fn):
     outcomes = evaluate(name, fn)
-    assert 3 <= len(outcomes) <= 5
+    assert 3 <= len(outcomes) <= 7          # few, the statement's stressed requirements among them
     assert all(o.status == "passed" for o in outcomes), [o for o in outcomes if o.status != "passed"]
 
 

@@ -417,7 +417,7 @@ def _batched(q, K, V, lengths, kv_head=None, all_positions=False, scale=True, ma
     """A correct answer, or one of the common mistakes, written for these tests."""
     B, H, d = q.shape
     G, L = K.shape[1], K.shape[2]
-    out = np.zeros(q.shape)
+    out = np.zeros(q.shape, dtype=q.dtype)              # q's dtype, as the statement asks
     for b in range(B):
         n = L if all_positions or mask_only else int(lengths[b])
         for h in range(H):
