@@ -222,6 +222,64 @@ def test_the_chapters_read_and_run_in_the_copys_jupyterlab(copy_lab, page, scree
         page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
 
 
+def test_the_copys_readme_opens_rendered(copy_lab, page, screenshots_dir):
+    """The README, opened in the copy's JupyterLab, shows as a page (the settings the README's
+    set-up copies into the venv make a Markdown file open in its preview), not as its source."""
+    copy, base = copy_lab
+    page.goto(base + "lab/tree/README.md", wait_until="load", timeout=TIMEOUT_MS)
+    page.wait_for_function("() => window.jupyterapp && jupyterapp.shell.currentWidget && "
+                           "jupyterapp.shell.currentWidget.title.label === 'README.md' && "
+                           "jupyterapp.shell.currentWidget.node.querySelector('h2')",
+                           timeout=TIMEOUT_MS)
+    widget = "jupyterapp.shell.currentWidget.node"
+    assert page.evaluate(f"() => {widget}.querySelector('.jp-FileEditor, .cm-editor')") is None, (
+        "the README opened as source")
+    title = page.evaluate(f"() => {widget}.querySelector('h1').textContent").replace("\u2019", "'")
+    assert title.startswith("The KV cache course: the learner's copy"), title
+    text = page.evaluate(f"() => {widget}.innerText")
+    assert "How to hand in" in text and "## " not in text and "```" not in text
+    page.screenshot(path=str(screenshots_dir / "copy_lab__README.png"), full_page=False)
+
+
+def test_a_saved_answer_that_fails_its_public_checks_is_named_before_the_chapter_uses_it(copy_lab, page,
+                                                                                         screenshots_dir):
+    """Every exercise written and saved, ``attend_step`` without its division by sqrt(d) (it fails
+    a public check): chapter 2, run in the copy's JupyterLab, says in its first paragraph that
+    attend_step fails some of its public checks and that the chapter uses it as written, in bold in
+    view, before any cell uses it; then the chapter still runs to its end."""
+    copy, base = copy_lab
+    for path in (copy / "exercises").glob("*.ipynb"):
+        _fill_answers(path, ROOT / "solutions" / path.name)
+    exercise = copy / "exercises" / "attend_step.ipynb"
+    nb = json.loads(exercise.read_text())
+    answer = next(c for c in nb["cells"] if "answer" in c["metadata"].get("tags", []))
+    source = "".join(answer["source"])
+    assert source.count(" / np.sqrt(q.shape[0])") == 1
+    answer["source"] = source.replace(" / np.sqrt(q.shape[0])", "")         # scores not scaled
+    exercise.write_text(json.dumps(nb, indent=1))
+    _open(page, base, "02_decode_step")
+    outputs = _run_all(page)
+    errors = [o for o in outputs if o["output_type"] == "error"]
+    assert not errors, [(o["ename"], o["evalue"]) for o in errors]
+    texts = [_said([o]) for o in outputs]
+    at = next((k for k, text in enumerate(texts) if text.startswith("This chapter runs on")), None)
+    assert at is not None, _said(outputs)[:1500]
+    first, said = texts[at], _said(outputs)
+    uses = [k for k, text in enumerate(texts) if "largest relative difference" in text]   # the decode vs prefill figure
+    assert uses and at < min(uses), "the chapter used attend_step before saying it fails its checks"
+    found = re.search(r"attend_step \(exercises/attend_step\.ipynb: saved [^,]+, fails (\d+) of its (\d+) public "
+                      r"checks\)", first)
+    assert found and 0 < int(found[1]) < int(found[2]), said[:1500]
+    assert "The chapter uses attend_step as written" in first
+    assert re.search(r"softmax \(exercises/softmax\.ipynb: saved [^,]+, passes its \d+ public checks\)", first)
+    bold = page.evaluate("() => Array.from(jupyterapp.shell.currentWidget.content.node"
+                         ".querySelectorAll('.jp-OutputArea strong')).map(e => e.innerText)")
+    assert any(re.fullmatch(r"fails \d+ of its \d+ public checks", b) for b in bold), bold
+    page.locator(".jp-OutputArea strong").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshots_dir / "copy_lab__02_decode_step__failing_answer.png"), full_page=False)
+    page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+
+
 @pytest.fixture(scope="session")
 def screenshots_dir() -> Path:
     path = ROOT / "_build" / "screenshots"
