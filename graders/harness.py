@@ -5,7 +5,7 @@ stealing: it imports the submission, calls the functions an exercise asks for on
 was handed, and sends back what they returned, as plain data.  Expected values, pass/fail and
 scores never exist in this process; the grader compares the outputs in its own process.
 
-The supervisor (``supervisor.py``) loads this file and calls ``main`` in the process it forks,
+The supervisor (``sandbox/supervisor.py``) loads this file and calls ``main`` in the process it forks,
 after dropping that process's privileges: ``main([harness.py, IN_DIR, "--channel-fd", N,
 "--site", DIRS, [--lib DIRS] [--nproc N] [--only ID,ID] [--public NAME [--functions F,G]]])``,
 where

@@ -4,6 +4,7 @@
     python -m kvcache generate --random --prompt-ids 1 2 3 --prompt-ids 4 5
     python -m kvcache generate --model PATH --prompt "The cache" --beams 4
     python -m kvcache generate --random --prompt-ids 7 8 9 --cache-dtype int8 --max-new-tokens 64
+    python -m kvcache generate --model smollm2-135m-instruct --chat --prompt "Hi" --cache-dtype int4
     python -m kvcache generate --model smollm2-135m-instruct --chat --prompt "Repeat: ..." --prompt-lookup 10
     python -m kvcache generate --model smollm2-135m-instruct --prompt "..." --cache window --window 252 --sinks 4
     python -m kvcache generate --model smollm2-135m-instruct --prompt "..." --cache h2o --budget 256 --recent 64
@@ -17,7 +18,8 @@ the model's EOS.  ``--random`` builds a random Llama model (sizes from the flags
 ``--prompt-ids`` or ``--prompt`` is one sequence of the batch.  A single text prompt decoded
 greedily is printed as it is generated, token by token.  Printed: the new tokens of each
 prompt, the prefill and decode speed in tokens per second, and the cache's bytes (allocated for
-L_max positions, and used).  ``--prompt-lookup K`` decodes greedily with drafts of up to K
+L_max positions, and used: for int4 and int2, the codes, scales, offsets and full-precision
+window really kept).  ``--prompt-lookup K`` decodes greedily with drafts of up to K
 tokens looked up in the text so far (``kvcache.speculative``): the same tokens, and printed
 with them the acceptance (draft tokens accepted / proposed, tokens per forward pass) and the
 tokens/s.  ``--json`` prints the same as one JSON object.

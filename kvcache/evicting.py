@@ -79,6 +79,9 @@ class EvictingLayerCache(LayerCache):
             raise ValueError(f"a cache needs 1 <= batch ({batch}) <= capacity ({capacity}), max_len >= 1 "
                              f"({max_len}) and at least one slot ({slots})")
         self.format: CacheDtype = cache_dtype(dtype)
+        if self.format.grouped:          # a group's per-channel scales need its tokens kept together
+            raise ValueError(f"an evicting cache stores rows one by one: {self.format.name} quantizes keys over "
+                             "groups of tokens (use the contiguous or paged layout)")
         self.compute_dtype = np.dtype(compute_dtype)
         self._batch, self._capacity, self._max_len, self.slots = batch, capacity, max_len, slots
         self.kv_heads, self.head_dim = kv_heads, head_dim
