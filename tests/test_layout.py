@@ -258,3 +258,15 @@ def test_no_module_of_the_course_imports_one_that_imports_it_back():
     assert {"kvcache.cache", "kvcache.paged", "ga2.listing", "graders.sandbox.commands", "course.catalogue"} <= set(graph)
     assert "kvcache.cache" in graph["kvcache.paged"] and "ga2.instructions" in graph["ga2.listing"]
     assert cycles(graph) == []
+
+
+def test_the_sandbox_imports_nothing_of_the_grader_outside_it():
+    """``graders/sandbox/`` is one room: the supervisor, the transcript of the results channel and
+    the watch loop are in it, so nothing in it reaches up into the grader that uses it."""
+    graph = import_graph()
+    sandbox = {name for name in graph if name == "graders.sandbox" or name.startswith("graders.sandbox.")}
+    assert {"graders.sandbox.supervisor", "graders.sandbox.transcript", "graders.sandbox.commands"} <= sandbox
+    assert "graders.sandbox.supervisor" in graph["graders.sandbox.commands"]
+    outside = {name: sorted(target for target in graph[name] if target.startswith("graders") and target not in sandbox)
+               for name in sorted(sandbox)}
+    assert {name: targets for name, targets in outside.items() if targets} == {}

@@ -1,7 +1,7 @@
 """Running a submission in a throw-away sandbox, and watching it from outside.
 
 Whatever the isolation, the grader is never the submission's parent: it starts the supervisor
-(``graders/supervisor.py``), which forks the harness, which loads the submission.  The
+(``supervisor.py``, here), which forks the harness, which loads the submission.  The
 supervisor holds every process the submission starts below itself and kills them all when the
 harness ends; the grader writes a result whatever happens to the processes below it.
 
@@ -9,6 +9,7 @@ One module per concern:
 
 | module | what it holds |
 |---|---|
+| ``supervisor`` | the process inside every sandbox, between the grader and the harness (standard library only) |
 | ``limits`` | ``Limits`` (what a run may use), ``Run`` (what came of it), ``SandboxUnavailable`` |
 | ``probes`` | what the machine gives: bubblewrap, ``unshare``, a user id nobody has, an interpreter others can run |
 | ``commands`` | the command lines: bubblewrap's, ``unshare``'s, the supervisor's; the clean environment |

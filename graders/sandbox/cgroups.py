@@ -39,52 +39,86 @@ def _find_cgroup_base() -> dict | None:
     if os.geteuid() != 0:
         return None
     try:
-        own = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
-        mounts = []
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            fields, _, tail = line.partition(" - ")
-            fields, tail = fields.split(), tail.split()
-            if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
-                mounts.append((fields[3], fields[4], tail[0], set(tail[2].split(","))))
+        own, mounts = _own_cgroups(), _cgroup_mounts()
     except (OSError, ValueError):
         return None
+    return _v1_base(own, mounts) or _v2_base(own, mounts)
 
-    def folder(fstype, cgpath, option=None):
-        for root, point, kind, options in mounts:
-            if kind == fstype and (option is None or option in options):
-                rel = os.path.relpath(cgpath, root) if cgpath.startswith(root) else None
-                if rel is not None and not rel.startswith(".."):
-                    return Path(point) / ("" if rel == "." else rel)
+
+def _own_cgroups() -> list[list[str]]:
+    """The grader's cgroups, one ``[hierarchy id, controllers, path]`` a line of /proc/self/cgroup."""
+    return [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
+
+
+def _cgroup_mounts() -> list[tuple[str, str, str, set[str]]]:
+    """The cgroup file systems mounted here: (root inside the hierarchy, mount point, "cgroup" or
+    "cgroup2", the mount's options, which name a v1 hierarchy's controllers)."""
+    mounts = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        fields, tail = fields.split(), tail.split()
+        if len(fields) >= 5 and len(tail) >= 3 and tail[0] in ("cgroup", "cgroup2"):
+            mounts.append((fields[3], fields[4], tail[0], set(tail[2].split(","))))
+    return mounts
+
+
+def _mounted_folder(mounts, fstype: str, cgpath: str, option: str | None = None) -> Path | None:
+    """Where the cgroup ``cgpath`` is seen in the mounts of type ``fstype`` (with ``option``
+    among a mount's options), or None where no mount shows it."""
+    for root, point, kind, options in mounts:
+        if kind == fstype and (option is None or option in options):
+            rel = os.path.relpath(cgpath, root) if cgpath.startswith(root) else None
+            if rel is not None and not rel.startswith(".."):
+                return Path(point) / ("" if rel == "." else rel)
+    return None
+
+
+def _v1_folder(own, mounts, controller: str) -> Path | None:
+    """The grader's cgroup in the v1 hierarchy of ``controller``, or None."""
+    for entry in own:
+        if len(entry) == 3 and controller in entry[1].split(","):
+            return _mounted_folder(mounts, "cgroup", entry[2], controller)
+    return None
+
+
+def _v1_base(own, mounts) -> dict | None:
+    """cgroup v1: the memory hierarchy's folder, with the process count's where it is usable."""
+    memory = _v1_folder(own, mounts, "memory")
+    if memory is None or not (memory / "memory.limit_in_bytes").exists() or not _usable(memory):
         return None
+    pids = _v1_folder(own, mounts, "pids")
+    return {"memory": memory, "version": 1, "pids": pids if pids is not None and _usable(pids) else None}
 
-    def v1(controller):
-        for entry in own:
-            if len(entry) == 3 and controller in entry[1].split(","):
-                return folder("cgroup", entry[2], controller)
-        return None
 
-    memory = v1("memory")                               # cgroup v1: the memory hierarchy
-    if memory is not None and (memory / "memory.limit_in_bytes").exists() and _usable(memory):
-        pids = v1("pids")
-        return {"memory": memory, "version": 1, "pids": pids if pids is not None and _usable(pids) else None}
-    for entry in own:                                   # cgroup v2 (unified)
+def _v2_base(own, mounts) -> dict | None:
+    """cgroup v2 (unified): the grader's own folder, once it delegates memory (and, where it
+    can, the process count) to the folders below it."""
+    for entry in own:
         if len(entry) == 3 and entry[0] == "0" and entry[1] == "":
-            base = folder("cgroup2", entry[2])
+            base = _mounted_folder(mounts, "cgroup2", entry[2])
             if base is None:
                 continue
-            try:
-                control = base / "cgroup.subtree_control"
-                if "memory" not in control.read_text().split():
-                    control.write_text("+memory")
-                if "pids" not in control.read_text().split():
-                    try:
-                        control.write_text("+pids")
-                    except OSError:
-                        pass
-            except OSError:
+            if not _delegate(base):
                 return None
             return {"memory": base, "version": 2, "pids": None} if _usable(base) else None
     return None
+
+
+def _delegate(base: Path) -> bool:
+    """Turn on the memory controller (required) and the process count (optional) for the
+    cgroups below ``base``; False when memory cannot be."""
+    control = base / "cgroup.subtree_control"
+    try:
+        if "memory" not in control.read_text().split():
+            control.write_text("+memory")
+        if "pids" not in control.read_text().split():
+            try:
+                control.write_text("+pids")
+            except OSError:
+                pass
+    except OSError:
+        return False
+    return True
 
 
 def _usable(base: Path) -> bool:

@@ -15,13 +15,13 @@ import shutil
 import threading
 from pathlib import Path
 
-from .. import supervisor as _supervisor
+from . import supervisor as _supervisor
 from .interpreter import environment, interpreter
 from .resident import view
 
 GRADERS = Path(__file__).resolve().parent.parent
 HARNESS = GRADERS / "harness.py"
-SUPERVISOR = GRADERS / "supervisor.py"
+SUPERVISOR = Path(__file__).resolve().parent / "supervisor.py"
 WORKDIR = "/tmp/scratch"       # the fallback's working folder, in its private /tmp
 BOOT = ("import importlib.util as u, sys; s = u.spec_from_file_location('supervisor', sys.argv[1]); "
         "m = u.module_from_spec(s); s.loader.exec_module(m); m.main(sys.argv[1:])")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..transcript import Transcript
+from .transcript import Transcript
 
 TEST_SECONDS = 2.0            # a test's time limit, when neither the grader nor the exercise says
 SUBMISSION_SECONDS = 30.0     # a submission's time budget, likewise

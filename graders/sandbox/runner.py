@@ -34,8 +34,8 @@ from .modes import Bubblewrap, Isolation, Namespaces, Subreaper
 from .sweep import track, untrack
 from .warm import NotWarm, Warm
 from .watch import drain, read_report, watch
-from .. import supervisor as _supervisor
-from ..transcript import Transcript
+from . import supervisor as _supervisor
+from .transcript import Transcript
 
 
 class Sandbox:

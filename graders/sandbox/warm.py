@@ -29,7 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .. import supervisor as _supervisor
+from . import supervisor as _supervisor
 from .cgroups import Cgroup
 from .commands import bwrap_prefix, supervisor_cmd
 from .interpreter import site_dirs
@@ -37,7 +37,7 @@ from .folders import work_folder
 from .limits import Limits, Run
 from .sweep import sweep_processes, track, untrack
 from .watch import drain, read_report, watch
-from ..transcript import Transcript
+from .transcript import Transcript
 
 START_SECONDS = 10.0         # the longest a warm sandbox may take to start a run
 STOP_SECONDS = 4.0           # ... or to end one it was asked to stop
@@ -100,16 +100,12 @@ class Warm:
         ``harness_options(channel_fd, lib_dirs)`` gives, like ``Sandbox.run``.  Raises NotWarm,
         having run nothing, when this sandbox cannot take it."""
         libs = [Path(lib) for lib in libs]
-        copies = [lib for lib in libs if lib.parent == job_dir / "lib"]
-        if tuple(sorted(lib for lib in libs if lib not in copies)) != self.fixed_libs or not self.usable:
-            raise NotWarm()
+        copies = self._copied_libs(job_dir, libs)
         name = secrets.token_hex(8)
         folder = self.jobs / name
         os.rename(job_dir, folder)
         run = Run(transcript=Transcript(tests=frozenset(tests)), isolation=self.isolation.name, warm=True)
-        pipes = [os.pipe() for _ in range(3)]          # report, results channel, output
-        (report_r, report_w), (channel_r, channel_w), (output_r, output_w) = pipes
-        theirs = [report_w, channel_w, output_w]
+        pipes = _Pipes()
         oom_before = self.group.oom_kills() if self.group is not None else 0
         proc = None
         try:
@@ -117,44 +113,62 @@ class Warm:
                        "argv": ["/sandbox/in"] + harness_options(_supervisor.RUN_FDS[1], ["/sandbox/lib"] if libs else [])}
             start = time.monotonic()
             run.started = time.perf_counter()
-            try:
-                socket.send_fds(self.control, [json.dumps(request).encode()], theirs)
-            except OSError:
-                self._break()
-                raise NotWarm()
-            for fd in theirs:
-                os.close(fd)
-            theirs = []
-            answer = self._receive(START_SECONDS)
-            if not answer or answer.get("t") != "started" or answer.get("ok") is not True:
-                self._break()
-                raise NotWarm()
-            proc = _WarmRun(self, output_r)
-            output_r = -1
-            report = bytearray()
-            try:
-                watch(proc, channel_r, report_r, report, run, limits, test_seconds, start)
-            finally:
-                top = self._stop(proc)
-                if uid is not None and run.killed:
-                    sweep_processes(uid=uid)
-            drain(report_r, report)
-            read_report(bytes(report), run, top)
-            run.cgroup = self.group is not None
-            run.held = self.isolation.held(run, uid, run.cgroup)
-            run.elapsed = time.monotonic() - start
-            if self.group is not None:
-                run.oom_killed = self.group.oom_kills() - oom_before
-                if len(self.group.pids()) > 2:      # only bubblewrap and the first process stay
-                    self._break()
+            self._start(request, pipes)
+            proc = _WarmRun(self, pipes.take_output())
+            self._watch(proc, pipes, run, limits, test_seconds, start, uid)
+            self._account(run, uid, start, oom_before)
             return run
         finally:
-            for fd in theirs + [report_r, channel_r, output_r]:
-                if fd >= 0:
-                    os.close(fd)
+            pipes.close()
             if proc is not None:
                 proc.stdout.close()
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _copied_libs(self, job_dir: Path, libs: list[Path]) -> list[Path]:
+        """The packages copied into the job's folder; raises NotWarm when the others are not the
+        ones this sandbox was made with, or it cannot take a run any more."""
+        copies = [lib for lib in libs if lib.parent == job_dir / "lib"]
+        if tuple(sorted(lib for lib in libs if lib not in copies)) != self.fixed_libs or not self.usable:
+            raise NotWarm()
+        return copies
+
+    def _start(self, request: dict, pipes: "_Pipes") -> None:
+        """Hand the run and the sandbox's ends of its pipes to the sandbox, and wait until it says
+        the run started; a sandbox that does not is broken, and the run goes elsewhere (NotWarm)."""
+        try:
+            socket.send_fds(self.control, [json.dumps(request).encode()], pipes.theirs)
+        except OSError:
+            self._break()
+            raise NotWarm()
+        pipes.sent()
+        answer = self._receive(START_SECONDS)
+        if not answer or answer.get("t") != "started" or answer.get("ok") is not True:
+            self._break()
+            raise NotWarm()
+
+    def _watch(self, proc: "_WarmRun", pipes: "_Pipes", run: Run, limits: Limits,
+               test_seconds: dict[str, float], start: float, uid: int) -> None:
+        """Watch the run to its end (``watch``), stop it, and read its supervisor's report."""
+        report = bytearray()
+        try:
+            watch(proc, pipes.channel, pipes.report, report, run, limits, test_seconds, start)
+        finally:
+            top = self._stop(proc)
+            if uid is not None and run.killed:
+                sweep_processes(uid=uid)
+        drain(pipes.report, report)
+        read_report(bytes(report), run, top)
+
+    def _account(self, run: Run, uid: int, start: float, oom_before: int) -> None:
+        """What held, how long it took, how many processes ran out of memory; a sandbox where the
+        run left a process behind is not used again."""
+        run.cgroup = self.group is not None
+        run.held = self.isolation.held(run, uid, run.cgroup)
+        run.elapsed = time.monotonic() - start
+        if self.group is not None:
+            run.oom_killed = self.group.oom_kills() - oom_before
+            if len(self.group.pids()) > 2:      # only bubblewrap and the first process stay
+                self._break()
 
     def _receive(self, timeout: float) -> dict | None:
         """The sandbox's next answer, or None (none within ``timeout``, or the sandbox is gone)."""
@@ -215,6 +229,30 @@ class Warm:
             self.group.remove()
             self.group = None
         shutil.rmtree(self.jobs, ignore_errors=True)
+
+
+class _Pipes:
+    """The three pipes of one run (the supervisor's report, the results channel, the output):
+    the sandbox's ends are sent to it and closed here at once, the grader's when the run is over."""
+
+    def __init__(self):
+        (self.report, report_w), (self.channel, channel_w), (self.output, output_w) = (os.pipe() for _ in range(3))
+        self.theirs = [report_w, channel_w, output_w]
+
+    def sent(self) -> None:
+        for fd in self.theirs:
+            os.close(fd)
+        self.theirs = []
+
+    def take_output(self) -> int:
+        """The output's end, now the run's to close."""
+        fd, self.output = self.output, -1
+        return fd
+
+    def close(self) -> None:
+        for fd in self.theirs + [self.report, self.channel, self.output]:
+            if fd >= 0:
+                os.close(fd)
 
 
 class _WarmRun:

@@ -14,17 +14,31 @@ import selectors
 import subprocess
 import time
 
-from ..transcript import MAX_LINE
+from .transcript import MAX_LINE
 from .limits import Limits, Run
 
 GRACE = 1.0           # seconds the grader waits beyond the harness's own timer before killing
 REPORT_BYTES = 1 << 16
+AFTER_EXIT = 0.2      # seconds the loop still reads after the top process exits
 
 
 def watch(proc, channel_fd, report_fd, report: bytearray, run: Run, limits: Limits,
           test_seconds: dict, start: float) -> None:
     """Watch one run until it ends or a limit is reached (``run.killed`` says which); fills
     ``run`` (transcript, output) and ``report`` (the supervisor's lines)."""
+    watcher = _Watcher(proc, channel_fd, report_fd, report, run, limits, test_seconds, start)
+    try:
+        while not watcher.step():
+            pass
+    finally:
+        watcher.close()
+    run.output = watcher.output.decode("utf-8", errors="replace")
+
+
+def _selector(proc, channel_fd, report_fd):
+    """The three pipes, non-blocking, and the top process's exit, in one selector.  Returns it,
+    the exit's descriptor (None where the kernel has no pidfd: the loop then polls) and the
+    descriptor to close at the end (the pidfd opened here)."""
     sel = selectors.DefaultSelector()
     for fd in (channel_fd, report_fd, proc.stdout.fileno()):
         os.set_blocking(fd, False)
@@ -41,91 +55,130 @@ def watch(proc, channel_fd, report_fd, report: bytearray, run: Run, limits: Limi
         sel.register(pidfd, selectors.EVENT_READ, "exit")
     except (AttributeError, OSError):
         pidfd = None
-    tick = 3600.0 if pidfd is not None else 0.05
-    open_streams = 3
-    transcript = run.transcript
-    pending = bytearray()
-    channel_total = 0
-    output = bytearray()
-    phase_deadline = start + limits.import_seconds + GRACE
-    overall = start + limits.submission_seconds + GRACE
-    exited_at = None
-    while True:
+    return sel, pidfd, own_pidfd
+
+
+def _read_chunk(fd: int) -> bytes | None:
+    """What a ready pipe holds (b"" once its writers are gone), or None when it had nothing."""
+    try:
+        return os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+class _Watcher:
+    """One watch of one run: its selector, its two deadlines (the phase's, renewed by a test's
+    start, and the whole submission's) and what it has read so far."""
+
+    def __init__(self, proc, channel_fd, report_fd, report: bytearray, run: Run, limits: Limits,
+                 test_seconds: dict, start: float):
+        self.proc, self.run, self.limits, self.test_seconds = proc, run, limits, test_seconds
+        self.report = report
+        self.sel, self.pidfd, self.own_pidfd = _selector(proc, channel_fd, report_fd)
+        self.tick = 3600.0 if self.pidfd is not None else 0.05
+        self.open_streams = 3
+        self.pending = bytearray()          # the channel's last line, not ended yet
+        self.channel_total = 0
+        self.output = bytearray()
+        self.phase_deadline = start + limits.import_seconds + GRACE
+        self.overall = start + limits.submission_seconds + GRACE
+        self.exited_at = None
+
+    def step(self) -> bool:
+        """One turn of the loop: read what is ready, or wait for it; True once the watch is over."""
         now = time.monotonic()
-        if proc.poll() is not None:
-            exited_at = exited_at or now
-            if open_streams == 0 or now - exited_at > 0.2:
-                break       # what is left in the pipes after 0.2 s belongs to stray children
-        deadline = min(phase_deadline, overall)
+        if self.proc.poll() is not None:
+            self.exited_at = self.exited_at or now
+            if self.open_streams == 0 or now - self.exited_at > AFTER_EXIT:
+                return True     # what is left in the pipes after AFTER_EXIT belongs to stray children
+        deadline = min(self.phase_deadline, self.overall)
         if now >= deadline:
-            if transcript.phase in ("startup", "import"):
-                run.killed = "import_timeout"
-            elif now >= overall:
-                run.killed = "submission_timeout"
-            else:
-                run.killed = "test_timeout"
-            break
-        if run.killed:
-            break
-        if open_streams == 0:           # nothing left to read: wait for the exit itself
+            self.run.killed = self._timeout(now)
+            return True
+        if self.run.killed:
+            return True
+        if self.open_streams == 0:           # nothing left to read: wait for the exit itself
             try:
-                proc.wait(timeout=max(0.0, deadline - now))
+                self.proc.wait(timeout=max(0.0, deadline - now))
             except subprocess.TimeoutExpired:
                 pass
-            continue
-        wait = min(deadline - now, 0.05 if exited_at else tick)
-        for key, _ in sel.select(timeout=max(0.0, wait)):
-            if key.data == "exit":
-                sel.unregister(pidfd)
-                continue
-            try:
-                chunk = os.read(key.fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            except OSError:
-                chunk = b""
-            if not chunk:
-                sel.unregister(key.fileobj)
-                open_streams -= 1
-                continue
-            if key.data == "output":
-                room = limits.output_bytes - len(output)
-                if room > 0:
-                    output += chunk[:room]
-                run.output_dropped += max(0, len(chunk) - max(room, 0))
-                continue
-            if key.data == "report":
-                report += chunk[:max(0, REPORT_BYTES - len(report))]
-                continue
-            channel_total += len(chunk)
-            if channel_total > limits.channel_bytes:
-                run.killed = "channel_overflow"
+            return False
+        wait = min(deadline - now, 0.05 if self.exited_at else self.tick)
+        for key, _ in self.sel.select(timeout=max(0.0, wait)):
+            self._read(key)
+            if self.run.killed:
                 break
-            if b"\n" not in chunk:
-                pending += chunk
-                if len(pending) > MAX_LINE:      # no message is that long: junk
-                    pending, transcript.junk = bytearray(), transcript.junk + 1
-                continue
-            *lines, rest = chunk.split(b"\n")
-            lines[0] = bytes(pending) + lines[0]
-            pending = bytearray(rest)
-            for line in lines:
-                before = (transcript.phase, transcript.running)
-                transcript.feed(line)
-                if (transcript.phase, transcript.running) == before:
-                    continue
-                # Only a test's start and the end of the run move the deadline: the harness
-                # starts the next test right after a result (and the first right after the
-                # import), so a result or an import faked from the sandbox buys no time.
-                now = time.monotonic()
-                if transcript.phase == "test":
-                    phase_deadline = now + test_seconds.get(transcript.running, limits.test_seconds) + GRACE
-                elif transcript.phase == "done":       # the harness exits right after
-                    phase_deadline = min(overall, now + GRACE)
-    sel.close()
-    if own_pidfd is not None:
-        os.close(own_pidfd)
-    run.output = output.decode("utf-8", errors="replace")
+        return False
+
+    def _timeout(self, now: float) -> str:
+        """Which limit the run reached: start-up and import, the whole submission, or one test's."""
+        if self.run.transcript.phase in ("startup", "import"):
+            return "import_timeout"
+        return "submission_timeout" if now >= self.overall else "test_timeout"
+
+    def _read(self, key) -> None:
+        if key.data == "exit":
+            self.sel.unregister(self.pidfd)
+            return
+        chunk = _read_chunk(key.fd)
+        if chunk is None:
+            return
+        if not chunk:
+            self.sel.unregister(key.fileobj)
+            self.open_streams -= 1
+            return
+        {"output": self._output, "report": self._report, "channel": self._channel}[key.data](chunk)
+
+    def _output(self, chunk: bytes) -> None:
+        """stdout and stderr: kept up to ``limits.output_bytes``, the rest counted and dropped."""
+        room = self.limits.output_bytes - len(self.output)
+        if room > 0:
+            self.output += chunk[:room]
+        self.run.output_dropped += max(0, len(chunk) - max(room, 0))
+
+    def _report(self, chunk: bytes) -> None:
+        self.report += chunk[:max(0, REPORT_BYTES - len(self.report))]
+
+    def _channel(self, chunk: bytes) -> None:
+        """The results channel: past ``limits.channel_bytes`` the run is killed; each whole line
+        goes to the transcript, and a line longer than any message is junk."""
+        self.channel_total += len(chunk)
+        if self.channel_total > self.limits.channel_bytes:
+            self.run.killed = "channel_overflow"
+            return
+        transcript = self.run.transcript
+        if b"\n" not in chunk:
+            self.pending += chunk
+            if len(self.pending) > MAX_LINE:      # no message is that long: junk
+                self.pending, transcript.junk = bytearray(), transcript.junk + 1
+            return
+        *lines, rest = chunk.split(b"\n")
+        lines[0] = bytes(self.pending) + lines[0]
+        self.pending = bytearray(rest)
+        for line in lines:
+            self._feed(line)
+
+    def _feed(self, line: bytes) -> None:
+        """One line to the transcript.  Only a test's start and the end of the run move the
+        deadline: the harness starts the next test right after a result (and the first right
+        after the import), so a result or an import faked from the sandbox buys no time."""
+        transcript = self.run.transcript
+        before = (transcript.phase, transcript.running)
+        transcript.feed(line)
+        if (transcript.phase, transcript.running) == before:
+            return
+        now = time.monotonic()
+        if transcript.phase == "test":
+            self.phase_deadline = now + self.test_seconds.get(transcript.running, self.limits.test_seconds) + GRACE
+        elif transcript.phase == "done":       # the harness exits right after
+            self.phase_deadline = min(self.overall, now + GRACE)
+
+    def close(self) -> None:
+        self.sel.close()
+        if self.own_pidfd is not None:
+            os.close(self.own_pidfd)
 
 
 def read_report(data: bytes, run: Run, top: int) -> None:

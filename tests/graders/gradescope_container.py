@@ -156,7 +156,7 @@ class Container:
 # Docker's capabilities), then reports what is left.  argv: the plan as JSON.
 INSIDE = r"""
 import base64, json, os, shutil, signal, stat, subprocess, sys, time, zipfile
-from graders.supervisor import MS_BIND, MS_PRIVATE, MS_REC, _libc, _mount
+from graders.sandbox.supervisor import MS_BIND, MS_PRIVATE, MS_REC, _libc, _mount
 plan = json.loads(sys.argv[1])
 package = open(plan["zip"], "rb").read()            # before /tmp is covered
 ctypes, libc = _libc()

@@ -26,6 +26,7 @@ from grader_helpers import BWRAP, BWRAP_WHY, FAST, GOOD, HOSTILE, ROOT, grade_te
 
 VALUE_TESTS = lambda name: not any(w in name for w in ("not modified", "shape and dtype"))  # noqa: E731
 ALL_TESTS = lambda name: True  # noqa: E731
+QUANT_VALUES = lambda name: not name.startswith("dequantize_kv")  # noqa: E731 - its answer is right there
 TIME_VALUES = lambda name: "is a float" not in name  # noqa: E731 - time_per_token's values (-1.0 is a float)
 
 
@@ -188,6 +189,16 @@ CASES = [
     # process (and len); a property test counts only with the right answer
     ("speculative_liar_list.py", "speculative_accept", {"ok"}, "LiarTokens", ALL_TESTS, FAST),
     ("speculative_patch_numpy.py", "speculative_accept", {"ok"}, "should be", ALL_TESTS, FAST),
+    # the quantizer: codes whose comparisons lie; the patched comparisons of the process (and len);
+    # dequantize_kv's own test counts on its values, the property tests only with the right answer
+    ("quantize_liar_codes.py", "quantize_kv", {"ok"}, "codes differ", QUANT_VALUES, FAST),
+    ("quantize_patch_numpy.py", "quantize_kv", {"ok"}, "codes differ", QUANT_VALUES, FAST),
+    # the eviction policy: refusals with a look-alike ValueError (the right positions otherwise),
+    # a ValueError for everything (a refusal counts only with the right answer), patched comparisons
+    ("keep_lookalike_error.py", "keep_positions", {"ok"}, "a class of its own, not Python's ValueError",
+     lambda name: "ValueError" in name, FAST),
+    ("keep_refuse_everything.py", "keep_positions", {"ok"}, "raised ValueError", ALL_TESTS, FAST),
+    ("keep_patch_numpy.py", "keep_positions", {"ok"}, "keeps", ALL_TESTS, FAST),
 ]
 
 
@@ -294,6 +305,27 @@ def test_no_acceptance_rule_is_within_reach(isolation):
     assert_zero(result)
     assert "no acceptance rule within reach" in "\n".join(t["output"] for t in result["tests"])
     assert_grading_goes_on(isolation)
+
+
+def test_no_eviction_policy_is_within_reach(isolation):
+    """The hidden tests' reference, the solution notebook and the public checks' data builder:
+    none can be imported or read from the sandbox, and the attack that looks for them earns
+    nothing."""
+    needs(isolation, "file_view")
+    result = grade_hostile("keep_reference.py", "keep_positions", isolation,
+                           limits=Limits(test_seconds=3, submission_seconds=30))
+    assert_zero(result)
+    assert "no eviction policy within reach" in "\n".join(t["output"] for t in result["tests"])
+    assert_grading_goes_on(isolation)
+
+
+def test_a_lookalike_error_earns_only_what_is_not_a_refusal(isolation):
+    """The look-alike ValueError loses the refusals and nothing else: the positions are right."""
+    result = grade_hostile("keep_lookalike_error.py", "keep_positions", isolation)
+    refusals = [t for t in result["tests"] if "ValueError" in t["name"]]
+    assert len(refusals) == 2
+    assert all(t["status"] == "passed" for t in result["tests"] if t not in refusals), \
+        [(t["name"], t["output"]) for t in result["tests"] if t not in refusals and t["status"] != "passed"]
 
 
 def test_deleting_files_outside_the_scratch_folder_fails(isolation, tmp_path):
@@ -720,3 +752,14 @@ def test_runs_cannot_ask_the_page_cache_what_the_runs_before_or_beside_them_read
     result, spans = grade_neighbour_attack("mutants_page_cache.py", isolation, sandboxes=sandboxes,
                                            fill={"__CHANNEL__": channel, "__FILE__": path, "__PAGE__": page})
     assert_saw_no_one(result)
+
+
+def test_no_quantizer_is_within_reach(isolation):
+    """The engine's quantizer, the hidden tests' reference and the solution notebook: none can be
+    imported or read from the sandbox, and the attack that looks for them earns nothing."""
+    needs(isolation, "file_view")
+    result = grade_hostile("quantize_reference.py", "quantize_kv", isolation,
+                           limits=Limits(test_seconds=3, submission_seconds=30))
+    assert_zero(result, on=QUANT_VALUES)
+    assert "no quantizer within reach" in "\n".join(t["output"] for t in result["tests"])
+    assert_grading_goes_on(isolation)

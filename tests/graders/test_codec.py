@@ -100,7 +100,7 @@ def test_a_huge_container_is_cut_without_walking_it():
 
 # ------------------------------------------------------------ the channel, within a budget
 
-from graders import transcript as tr  # noqa: E402
+from graders.sandbox import transcript as tr  # noqa: E402
 from graders.results import clean, clean_text, write_json, write_text  # noqa: E402
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from graders import Limits, grading
 from graders.sandbox import PROTECTIONS, Sandbox, SandboxUnavailable, describe
-from graders.supervisor import plan_view
+from graders.sandbox.supervisor import plan_view
 
 from grader_helpers import FAST, GOOD, HOSTILE, PYTHON, ROOT, processes_matching
 
@@ -249,7 +249,7 @@ print(json.dumps(out))
 # $CLOSE_UP are covered the other way: a tmpfs only root may enter.
 AS_USER = r"""
 import json, os, stat, sys
-from graders.supervisor import MS_BIND, MS_PRIVATE, MS_REC, _libc, _mount
+from graders.sandbox.supervisor import MS_BIND, MS_PRIVATE, MS_REC, _libc, _mount
 ctypes, libc = _libc()
 _mount(libc, ctypes, None, "/", None, MS_REC | MS_PRIVATE)
 

@@ -12,7 +12,7 @@ import pytest
 from graders import Limits, grading, notebook, registry
 from graders.grading import Problem, Returned, Trouble, Verdict, judge
 from graders.notebook import Extracted
-from graders.transcript import MAX_FAILURES, Transcript
+from graders.sandbox.transcript import MAX_FAILURES, Transcript
 
 from grader_helpers import FAST, GOOD, PYTHON, ROOT, grade_text
 
@@ -192,7 +192,7 @@ def test_the_supervisor_builds_a_file_system_only_as_pid_1_of_its_own_namespaces
     """Anywhere else its mounts would land on the grader's machine: it refuses (run here in a
     throw-away mount namespace, so that even a regression could not touch this machine)."""
     report_r, report_w = os.pipe()
-    cmd = [PYTHON, "-I", "-S", "-B", str(ROOT / "graders" / "supervisor.py"), "--report-fd", str(report_w),
+    cmd = [PYTHON, "-I", "-S", "-B", str(ROOT / "graders" / "sandbox" / "supervisor.py"), "--report-fd", str(report_w),
            "--workdir", "/tmp/scratch", "--keep", "/usr"]
     if os.geteuid() == 0:
         cmd = ["unshare", "--mount"] + cmd

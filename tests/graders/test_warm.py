@@ -9,8 +9,8 @@ import socket
 
 import pytest
 
-from graders import Limits, grade_file, supervisor
-from graders.sandbox import Sandbox, seccomp
+from graders import Limits, grade_file
+from graders.sandbox import Sandbox, seccomp, supervisor
 from graders.sandbox.warm import Warm
 
 from grader_helpers import BWRAP, BWRAP_WHY, ROOT, processes_matching

@@ -25,7 +25,7 @@ data, and this is the only place that interprets it:
   ``dropped``, which the result reports.  A `{}` line of the channel's 64 MB cap would otherwise be
   millions of dicts kept per test; the harness's own messages are far under these budgets.
 
-``Sandbox._watch`` feeds each line to ``Transcript.feed`` and sets its deadlines from
+The watch loop (``watch``) feeds each line to ``Transcript.feed`` and sets its deadlines from
 ``Transcript.phase``; the grader then reads the finished transcript's fields, never the lines.
 """
 from __future__ import annotations
