@@ -33,6 +33,8 @@ from lessons.memory import kv_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "book" / "chapters" / "03_cache_memory.ipynb"
+#: The course's JupyterLab settings, as ``make lab`` and the learner's copy use them.
+LAB_SETTINGS = ROOT / "tools" / "jupyterlab_settings"
 START_TIMEOUT_S = 60
 TIMEOUT_MS = 90_000
 
@@ -104,7 +106,8 @@ def lab(tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.token=",
-               "--ServerApp.password=", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True"]
+               "--ServerApp.password=", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+               f"--LabApp.app_settings_dir={LAB_SETTINGS}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")
     log = tmp_path / "jupyterlab.log"
