@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import feedback, registry
-from .checks import CallResult, Fail, describe
+from .checks import CallResult, Fail, Raised, describe
 from .harness import decode
 from .job import Case, Job, _spec, _timeout, job_files, run_files, test_cases
 from .machine_parts import other_parts
@@ -680,6 +680,16 @@ def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]
 # ----------------------------------------------------------------------------------- 6. judge
 
 
+
+def _raised_answer(call, entry: dict) -> CallResult | None:
+    """The exception a ``Call(raises=True)`` raised, as its answer (``checks.Raised``, its classes
+    named by the harness), or None when the call returned or may not raise."""
+    error = entry.get("error")
+    if entry.get("ok") or not call.raises or not isinstance(error, dict) or not isinstance(error.get("bases"), list):
+        return None
+    return CallResult(Raised(str(error.get("type", "")), tuple(str(b) for b in error["bases"]),
+                             str(error.get("message", ""))[:200]))
+
 def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: float,
           memory_bytes: int = 2 << 30, quiet: bool = False) -> Verdict:
     """One test's verdict from what came back: the harness's data checked by the test's check
@@ -703,6 +713,10 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
         if not isinstance(entry, dict):
             return Verdict(False, prefix(k) + "the result could not be read")
         fn = test.calls[k].fn
+        raised = _raised_answer(test.calls[k], entry)
+        if raised is not None:
+            results.append(raised)
+            continue
         if not entry.get("ok"):
             return Verdict(False, prefix(k) + f"{fn} {feedback.raised(entry.get('error'), extracted, memory_bytes, quiet)}",
                            raised=True)

@@ -823,6 +823,55 @@ def quantize_kv_data() -> dict:
     }
 
 
+def ref_keep_positions(scores, budget, n_sink, n_recent, *, later_ties=False, smallest=False,
+                       recent_compete=False) -> list[int]:
+    """The positions kept, by a selection loop over exact fractions of the stored floats: every
+    position when t <= budget; else the sinks, the recent ones, and, budget - n_sink - n_recent
+    times, the not yet chosen middle position of largest score (the first found among equal
+    ones).  The keyword arguments are the mistakes the checks name."""
+    t = len(scores)
+    if t <= budget:
+        return list(range(t))
+    heavy: set[int] = set()
+    pool = list(range(n_sink, t if recent_compete else t - n_recent))
+    if later_ties:
+        pool.reverse()
+    for _ in range(budget - n_sink - n_recent):
+        best = None
+        for j in pool:
+            if j in heavy:
+                continue
+            if best is None or (Fraction(scores[j]) < Fraction(scores[best]) if smallest
+                                else Fraction(scores[j]) > Fraction(scores[best])):
+                best = j
+        if best is None:
+            break
+        heavy.add(best)
+    return sorted(set(range(n_sink)) | heavy | set(range(t - n_recent, t)))
+
+
+def _keep_case(scores, budget, n_sink, n_recent) -> dict:
+    scores = [float(s) for s in scores]
+    return {"acc_scores": scores, "budget": budget, "n_sink": n_sink, "n_recent": n_recent,
+            "expected": ref_keep_positions(scores, budget, n_sink, n_recent),
+            "mistakes": {"later_ties": ref_keep_positions(scores, budget, n_sink, n_recent, later_ties=True),
+                         "smallest": ref_keep_positions(scores, budget, n_sink, n_recent, smallest=True),
+                         "recent_compete": ref_keep_positions(scores, budget, n_sink, n_recent,
+                                                              recent_compete=True)}}
+
+
+def keep_positions_data() -> dict:
+    rng = np.random.default_rng(14)
+    random = [round(float(v), 3) for v in rng.gamma(0.5, size=24)]
+    return {
+        "worked_example": _keep_case([5.0, 0.5, 3.0, 0.2, 4.0, 1.0, 6.0, 2.0], 5, 1, 2),
+        "short": _keep_case([0.25, 3.0, 1.0, 0.5], 6, 2, 3),
+        "ties": _keep_case([1.0, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 3.0], 4, 1, 1),
+        "streaming": _keep_case([float(v) for v in range(12, 0, -1)], 6, 2, 4),
+        "random": _keep_case(random, 10, 2, 3),
+    }
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
@@ -833,6 +882,7 @@ BUILDERS = {
     "attention_tail": attention_tail_data, "mutants": mutants_data,
     "latent_attend_step": latent_attend_step_data, "speculative_accept": speculative_accept_data,
     "quantize_kv": quantize_kv_data,
+    "keep_positions": keep_positions_data,
 }
 
 

@@ -13,6 +13,7 @@ chapter:
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -34,12 +35,27 @@ CHAPTERS = ("01_attention_by_hand", "02_decode_step", "05_batches", "09_ga2_mach
 CHROMIUM = os.environ.get("KVCOURSE_CHROMIUM", "/usr/bin/chromium")
 TIMEOUT_MS = 240_000
 
-ALL_RAN_JS = r"""
+# Run All as the learner's menu runs it, its promise kept: it settles when the run ends, with true when
+# every cell ran, false when one failed (or the kernel died), so a failure is reported at once with
+# its output rather than waited out.
+RUN_ALL_JS = r"""
+() => {
+  window.kvcourseRunAll = null;
+  jupyterapp.commands.execute('notebook:run-all-cells').then(
+    ok => { window.kvcourseRunAll = {ok: ok}; },
+    err => { window.kvcourseRunAll = {ok: false, error: String(err)}; });
+}
+"""
+RUN_STATE_JS = r"""
 () => {
   const panel = jupyterapp.shell.currentWidget;
   const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
   const cells = panel.content.widgets.filter(c => c.model.type === 'code');
-  return kernel && kernel.status === 'idle' && cells.length > 0 && cells.every(c => c.model.executionCount !== null);
+  return {notebook: panel.title.label, ran: window.kvcourseRunAll, kernel: kernel ? kernel.status : 'none',
+          cells: cells.length,
+          no_count: cells.map((c, i) => [i, c.promptNode ? c.promptNode.textContent : '', c.model.sharedModel.source.slice(0, 60)])
+                        .filter((_, i) => cells[i].model.executionCount === null),
+          dialogs: Array.from(document.querySelectorAll('.jp-Dialog')).map(d => d.innerText)};
 }
 """
 OUTPUTS_JS = r"""
@@ -109,13 +125,23 @@ def page(tmp_path, playwright_driver):
     browser = playwright_driver.chromium.launch(executable_path=CHROMIUM, headless=True,
                                                 args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
     try:
-        yield browser.new_page(viewport={"width": 1280, "height": 900})
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.on("dialog", lambda dialog: dialog.accept())      # leaving a notebook with unsaved outputs
+        yield tab
     finally:
         browser.close()
 
 
+_WORKSPACES = itertools.count()
+
+
 def _open(page, base: str, name: str) -> None:
-    page.goto(base + f"lab/tree/book/chapters/{name}.ipynb", wait_until="load", timeout=TIMEOUT_MS)
+    """The chapter alone in a workspace of its own, its kernel started.  A fresh workspace each time:
+    the default one would reopen the chapters opened before, whose kernels, started beside this one,
+    leave its session for a moment with none (and Run All then asks which kernel to use)."""
+    workspace = f"chapter-{next(_WORKSPACES)}"
+    page.goto(base + f"lab/workspaces/{workspace}/tree/book/chapters/{name}.ipynb?reset", wait_until="load",
+              timeout=TIMEOUT_MS)
     page.wait_for_function(KERNEL_JS, timeout=TIMEOUT_MS)
     page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.ready")
     page.wait_for_function("() => document.querySelectorAll('.jp-MarkdownCell').length > 3 && "
@@ -124,9 +150,21 @@ def _open(page, base: str, name: str) -> None:
 
 
 def _run_all(page) -> list[dict]:
-    page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function(ALL_RAN_JS, timeout=TIMEOUT_MS, polling=500)
-    return page.evaluate(OUTPUTS_JS)
+    """Run All, waited for until it settles; the cells' outputs.  A run that does not settle fails
+    with the kernel's state, any dialog open and the cells with no execution count."""
+    page.wait_for_function(KERNEL_JS, timeout=TIMEOUT_MS)
+    page.evaluate(RUN_ALL_JS)
+    try:
+        page.wait_for_function("() => window.kvcourseRunAll !== null", timeout=TIMEOUT_MS, polling=500)
+    except Exception as error:                           # playwright's TimeoutError
+        page.screenshot(path=str(ROOT / "_build" / "screenshots" / "copy_lab__run_all_unsettled.png"))
+        raise AssertionError(f"Run All did not settle: {page.evaluate(RUN_STATE_JS)}") from error
+    state = page.evaluate(RUN_STATE_JS)
+    outputs = page.evaluate(OUTPUTS_JS)
+    if not state["ran"]["ok"]:
+        errors = [(o["ename"], o["evalue"]) for o in outputs if o["output_type"] == "error"]
+        raise AssertionError(f"Run All stopped: {state}; errors: {errors}; said: {_said(outputs)[-2000:]}")
+    return outputs
 
 
 def _text(page, visible: bool = True) -> str:

@@ -181,3 +181,18 @@ def test_quantize_kv_data_agrees_with_the_engine():
             for mistake in ("floor", "other_axis"):
                 assert case["mistakes"][mistake] != case["expected"]["codes"], (key, mistake)
     assert d["worked_example_per_channel"]["decoded"] == d["worked_example_per_channel"]["x"]
+
+
+def test_keep_positions_data_agrees_with_the_hidden_tests_reference():
+    from graders.exercises.keep_positions import keep
+    d = data("keep_positions")
+    for key in ("worked_example", "short", "ties", "streaming", "random"):
+        case = d[key]
+        args = (case["acc_scores"], case["budget"], case["n_sink"], case["n_recent"])
+        assert keep(*args) == case["expected"], key
+        assert keep(*args, ties="later") == case["mistakes"]["later_ties"], key
+        assert keep(*args, largest=False) == case["mistakes"]["smallest"], key
+        assert keep(*args, recent_compete=True) == case["mistakes"]["recent_compete"], key
+    assert d["worked_example"]["expected"] == [0, 2, 4, 6, 7] and d["ties"]["expected"] == [0, 1, 2, 7]
+    for key, mistake in (("ties", "later_ties"), ("worked_example", "smallest"), ("worked_example", "recent_compete")):
+        assert d[key]["mistakes"][mistake] != d[key]["expected"]          # each stored mistake is told apart
