@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 
 from course import catalogue
+from course.cell_ids import with_ids
 from course.catalogue import Counterpart, counterparts
 from course.notebooks import answer_cells, cell_source, code_cells, is_starter, without_magics
 from course.starters import NoSuchFunction, find_function
@@ -167,6 +168,7 @@ def _copy_exercises(root: Path, tmp: Path, report: list[str]) -> set[str]:
             cell["outputs"] = []
             cell["execution_count"] = None
             imports |= _imports(src)
+        with_ids(nb)
         (tmp / "exercises" / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n",
                                                    encoding="utf-8")
     for other in sorted((root / "exercises").iterdir()):       # data files the notebooks read
@@ -490,6 +492,8 @@ def _names_used(source: str) -> set[str]:
 
 
 def _cell(cell_type: str, source: str, tags: tuple = ()) -> dict:
+    """A new cell; its id is given with the notebook's others when the notebook is written
+    (``course.cell_ids.with_ids``: from its position and source, so every release gives the same)."""
     cell = {"cell_type": cell_type, "metadata": {"tags": list(tags)} if tags else {}, "source": source}
     if cell_type == "code":
         cell.update(outputs=[], execution_count=None)
@@ -574,7 +578,8 @@ def _without_left_out(nb: dict, left_out: list[str], page: str) -> list[str]:
                     f"Your copy of the course leaves out {', '.join(f'`{m}`' for m in sorted(needed))}, "
                     "which holds the answer of an exercise: the next code is here to read, not to run, and "
                     f"the course site shows what it prints ({page}).")))
-            cells.append({"cell_type": "raw", "metadata": cell.get("metadata", {}), "source": source})
+            cells.append({"cell_type": "raw", **({"id": cell["id"]} if cell.get("id") else {}),
+                          "metadata": cell.get("metadata", {}), "source": source})
             previous_raw = True
         else:
             cells.append(cell)
@@ -617,6 +622,7 @@ def _copy_chapters(root: Path, tmp: Path, report: list[str], left_out: list[str]
         sources = [src for _, src in code_cells(nb)]
         imports |= set().union(*map(_imports, sources)) if sources else set()
         _insert_answers_cell(nb, {n: graded[n][0] for n in chapter_calls(sources, graph, set(graded))})
+        with_ids(nb)                    # the cells added above, and any the source lacks
         (target / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     _copy_chapter_files(source_dir, target)
     report.append(f"chapters: {len(list(target.glob('*.ipynb')))} notebooks in book/chapters"

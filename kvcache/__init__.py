@@ -21,9 +21,16 @@ Modules, one concept each:
     validate      the checks at the engine's boundary: token ids, counts, EOS ids, indices
     plan          ``StepPlan``: what one forward step writes and reads, decided once per step
     cache         the contiguous KV cache of a batch, one object per layer behind one interface
-    layouts       the cache layouts by name (``cache="contiguous"`` or ``"paged"``) and ``new_cache``
-    cache_dtypes  how a cache row is stored: float64, float32, float16, bfloat16, int8 with a scale
+    layouts       the cache layouts by name (``cache="contiguous"``, ``"paged"``, ``"window"``, ``"h2o"``) and ``new_cache``
+    cache_dtypes  how a cache row is stored: float64, float32, float16, bfloat16, int8 with a scale,
+                  int4 and int2 (keys per channel, values per token)
+    quantized     b-bit asymmetric quantization (an offset and a scale per slice) and packed codes
+    quantized_cache   the contiguous cache in int4 or int2: groups of tokens, a full-precision window
+    quantized_blocks  the paged cache in int4 or int2: a block quantized when it fills
     paged         the paged cache: ``BlockAllocator``, block tables, copy-on-write (``cache="paged"``)
+    evicting      a cache that keeps fewer tokens than it has seen: slots and the position each holds
+    window        a sliding window with attention sinks, as a ring buffer (``cache="window"``)
+    h2o           heavy hitters and recent tokens, evicting by attention (``cache="h2o"``)
     prefix        prefix sharing: full blocks named by their tokens and reused
     serving       ``Scheduler`` and ``serve``: requests admitted, run as one batch, finished, preempted
     generate      ``greedy`` and ``beam_search``, as transformers defines them

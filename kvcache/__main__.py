@@ -4,7 +4,10 @@
     python -m kvcache generate --random --prompt-ids 1 2 3 --prompt-ids 4 5
     python -m kvcache generate --model PATH --prompt "The cache" --beams 4
     python -m kvcache generate --random --prompt-ids 7 8 9 --cache-dtype int8 --max-new-tokens 64
+    python -m kvcache generate --model smollm2-135m-instruct --chat --prompt "Hi" --cache-dtype int4
     python -m kvcache generate --model smollm2-135m-instruct --chat --prompt "Repeat: ..." --prompt-lookup 10
+    python -m kvcache generate --model smollm2-135m-instruct --prompt "..." --cache window --window 252 --sinks 4
+    python -m kvcache generate --model smollm2-135m-instruct --prompt "..." --cache h2o --budget 256 --recent 64
 
 ``--model`` takes the name of an installed model (``kvcache.models``), a GGUF file, or a folder
 written by transformers' ``save_pretrained`` (config.json and safetensors).  With a tokenizer
@@ -15,7 +18,8 @@ the model's EOS.  ``--random`` builds a random Llama model (sizes from the flags
 ``--prompt-ids`` or ``--prompt`` is one sequence of the batch.  A single text prompt decoded
 greedily is printed as it is generated, token by token.  Printed: the new tokens of each
 prompt, the prefill and decode speed in tokens per second, and the cache's bytes (allocated for
-L_max positions, and used).  ``--prompt-lookup K`` decodes greedily with drafts of up to K
+L_max positions, and used: for int4 and int2, the codes, scales, offsets and full-precision
+window really kept).  ``--prompt-lookup K`` decodes greedily with drafts of up to K
 tokens looked up in the text so far (``kvcache.speculative``): the same tokens, and printed
 with them the acceptance (draft tokens accepted / proposed, tokens per forward pass) and the
 tokens/s.  ``--json`` prints the same as one JSON object.
@@ -68,6 +72,14 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--eos", default=None,
                      help="EOS token id ('none' for no EOS; default: the model's eos_token_id)")
     gen.add_argument("--cache", default="contiguous", choices=sorted(CACHE_KINDS), help="cache layout")
+    gen.add_argument("--window", type=int, default=None, metavar="W",
+                     help="with --cache window: the recent positions each sequence keeps")
+    gen.add_argument("--sinks", type=int, default=None, metavar="S",
+                     help="with --cache window or h2o: the first positions kept for ever (default 0)")
+    gen.add_argument("--budget", type=int, default=None, metavar="B",
+                     help="with --cache h2o: the positions each sequence keeps")
+    gen.add_argument("--recent", type=int, default=None, metavar="R",
+                     help="with --cache h2o: of the budget, the newest positions always kept")
     gen.add_argument("--cache-dtype", default=None, choices=sorted(CACHE_DTYPES),
                      help="cache storage (default: the model's dtype)")
     gen.add_argument("--dtype", default="float32", choices=("float32", "float64", "float16", "bfloat16"),
@@ -144,20 +156,42 @@ def _prompts(args, tokenizer) -> list[list[int]]:
     return prompts
 
 
+# The options each cache layout takes from the command line (flag -> keyword of the layout).
+CACHE_FLAGS = {"window": {"window": "window", "sinks": "sinks"},
+               "h2o": {"budget": "budget", "recent": "recent", "sinks": "sinks"}}
+
+
+def _cache_options(args) -> dict:
+    """The keywords of ``--cache``'s layout from its flags; a flag given to a layout that does not
+    take it, or a layout's required flag left out, is an error naming it."""
+    taken = CACHE_FLAGS.get(args.cache, {})
+    given = {flag: getattr(args, flag) for flag in ("window", "sinks", "budget", "recent")
+             if getattr(args, flag) is not None}
+    stray = sorted(set(given) - set(taken))
+    if stray:
+        raise ValueError(f"--cache {args.cache} takes no {', '.join('--' + f for f in stray)}")
+    required = {"window": ("window",), "h2o": ("budget", "recent")}.get(args.cache, ())
+    missing = [f for f in required if f not in given]
+    if missing:
+        raise ValueError(f"--cache {args.cache} needs {' and '.join('--' + f for f in missing)}")
+    return {taken[flag]: value for flag, value in given.items()}
+
+
 def _decode(args, model, prompts, eos, stream, show) -> tuple[list, list[list]]:
     """The outputs, and a trace per run: one greedy run of every prompt (shown as it goes when
     ``stream`` is given), or a beam search per prompt."""
     if args.beams == 1:
         trace: list = _StreamingTrace(stream, show) if stream is not None else []
         outputs = greedy(model, prompts, args.max_new_tokens, eos, args.cache, cache_dtype=args.cache_dtype,
-                         trace=trace)
+                         trace=trace, **_cache_options(args))
         return outputs, [trace]
     early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
     outputs, traces = [], []
     for p in prompts:
         trace = []
         outputs.append(beam_search(model, p, args.beams, args.max_new_tokens, eos, args.length_penalty,
-                                   early, args.cache, cache_dtype=args.cache_dtype, trace=trace))
+                                   early, args.cache, cache_dtype=args.cache_dtype, trace=trace,
+                                   **_cache_options(args)))
         traces.append(trace)
     return outputs, traces
 
@@ -223,7 +257,8 @@ def _prompt_lookup_command(args, model, tokenizer, prompts, eos) -> dict:
     lookup: dict = {}
     start = time.perf_counter()
     outputs = speculative_greedy(model, prompts, args.max_new_tokens, eos, args.cache,
-                                 num_draft_tokens=args.prompt_lookup, stats=lookup, cache_dtype=args.cache_dtype)
+                                 num_draft_tokens=args.prompt_lookup, stats=lookup, cache_dtype=args.cache_dtype,
+                                 **_cache_options(args))
     total = time.perf_counter() - start
     prefill_s, decode_s = lookup["prefill_seconds"], lookup["decode_seconds"]
     decode_tokens = max(0, lookup["tokens"] - len(prompts))          # the prefill's tokens aside

@@ -205,6 +205,9 @@ class ContiguousLayerCache(LayerCache):
             raise ValueError(f"a cache needs 1 <= batch ({batch}) <= capacity ({capacity}) and "
                              f"max_len >= 1 ({max_len})")
         self.format: CacheDtype = cache_dtype(dtype)
+        if self.format.grouped:
+            raise ValueError(f"an {self.format.name} cache keeps groups of tokens: it is "
+                             "kvcache.quantized_cache's (new_cache('contiguous', ...) chooses it)")
         self.compute_dtype = np.dtype(compute_dtype)
         self._batch, self._capacity, self._max_len = batch, capacity, max_len
         self.kv_heads, self.head_dim = kv_heads, head_dim
@@ -477,7 +480,8 @@ class KVCache:
 
 def contiguous_cache(n_layers: int, batch: int, kv_heads: int, head_dim: int, max_len: int,
                      dtype="float32", compute_dtype=np.float32, capacity: int | None = None) -> KVCache:
-    """One preallocated [capacity, G, max_len, d] buffer pair per layer."""
+    """One preallocated [capacity, G, max_len, d] buffer pair per layer (int4 and int2 are
+    ``kvcache.quantized_cache.quantized_cache``'s; ``new_cache("contiguous", ...)`` chooses)."""
     return KVCache([ContiguousLayerCache(batch, kv_heads, head_dim, max_len, dtype, compute_dtype, capacity)
                     for _ in range(n_layers)], "contiguous")
 

@@ -1,4 +1,5 @@
-"""How the cache stores a key or value row: float64, float32, float16, bfloat16, or int8 with a scale per row.
+"""How the cache stores a key or value row: float64, float32, float16, bfloat16, int8 with a scale
+per row, or int4 and int2 codes with keys per channel and values per token.
 
 A "row" is the d numbers of one head at one position: the unit the cache writes at every step.
 
@@ -13,6 +14,20 @@ A "row" is the d numbers of one head at one position: the unit the cache writes 
 
   so |x_i - s q_i| <= s / 2 = max|x| / 254: the error is relative to the row's largest entry, not
   to each entry.  A row of zeros gets s = 0 and decodes to zeros.
+
+* int4 and int2 (KIVI's layout, arXiv 2402.02750; the quantizer is ``kvcache.quantized``):
+  b-bit codes, 8 / b to a byte, with an offset and a scale (float32) per slice.  Keys are
+  quantized per channel over a group of ``g`` tokens (the statistics of a channel need several
+  tokens: one scale and offset per channel per group), values per token (one per row).  The
+  positions after the last full group, at most g - 1 of them, wait in the compute dtype (the
+  full-precision window) until their group fills.  A sequence of t positions keeps, per head::
+
+      f = g floor(t / g) quantized positions, r = t - f in the window:
+      keys    f d b / 8  +  (f / g) 2 d 4  +  r d c      bytes        (c: the compute dtype's size)
+      values  f d b / 8  +  f 2 4          +  r d c
+
+  (``CacheDtype.sequence_bytes``).  The contiguous cache takes groups of
+  ``kvcache.quantized_cache.GROUP`` tokens; the paged one quantizes a block when it fills.
 
 The cache decodes to the model's compute dtype before attending (numpy has no fast float16 or int8
 matrix product), so only the storage shrinks; a bfloat16 row widens by a shift of its bits
@@ -54,19 +69,45 @@ class CacheDtype:
     name: str
     storage: np.dtype
     scaled: bool = False
+    bits: int = 0                 # int4, int2: the bits of a code (grouped: keys per channel, values per token)
+
+    @property
+    def grouped(self) -> bool:
+        """Codes of fewer than 8 bits, keys per channel over a group of tokens (int4, int2)."""
+        return self.bits > 0
+
+    def sequence_bytes(self, length: int, head_dim: int, group: int, compute_itemsize: int) -> int:
+        """Bytes one head keeps for ``length`` positions, keys and values (the module's formula for
+        int4 and int2; 2 length rows otherwise)."""
+        if not self.grouped:
+            return 2 * length * self.bytes_per_row(head_dim)
+        full = (length // group) * group
+        window = (length - full) * head_dim * compute_itemsize
+        codes = full * head_dim * self.bits // 8
+        return (codes + (full // group) * 2 * head_dim * 4 + window) + (codes + full * 2 * 4 + window)
 
     def bytes_per_row(self, head_dim: int) -> int:
-        """Bytes one row (d values) takes, its scale included."""
+        """Bytes one row (d values) takes, its scale included (int4, int2: the codes alone;
+        their scales and window are counted by ``sequence_bytes``)."""
+        if self.grouped:
+            return head_dim * self.bits // 8
         return head_dim * self.storage.itemsize + (4 if self.scaled else 0)
+
+    def _row_format(self) -> None:
+        if self.grouped:
+            raise TypeError(f"{self.name} keys are quantized per channel over groups of tokens: rows are not "
+                            "encoded one by one (the layouts keep them, kvcache.quantized_cache)")
 
     def encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Rows x (..., d) in the compute dtype -> (stored values, scales or None)."""
+        self._row_format()
         if self.scaled:
             return quantize_rows(x)
         return x.astype(self.storage, copy=False), None
 
     def decode(self, data: np.ndarray, scale: np.ndarray | None, dtype) -> np.ndarray:
         """Stored rows back to ``dtype`` (a view, with no copy, when nothing needs converting)."""
+        self._row_format()
         if self.scaled:
             return dequantize_rows(data, scale, dtype)
         if data.dtype == bfloat16 and np.dtype(dtype) == np.float32:
@@ -80,12 +121,14 @@ CACHE_DTYPES = {
     "float16": CacheDtype("float16", np.dtype(np.float16)),
     "bfloat16": CacheDtype("bfloat16", bfloat16),
     "int8": CacheDtype("int8", np.dtype(np.int8), scaled=True),
+    "int4": CacheDtype("int4", np.dtype(np.uint8), bits=4),
+    "int2": CacheDtype("int2", np.dtype(np.uint8), bits=2),
 }
 
 
 def cache_dtype(name) -> CacheDtype:
-    """The format called ``name`` ("float64", "float32", "float16", "bfloat16", "int8"; numpy dtypes
-    accepted)."""
+    """The format called ``name`` ("float64", "float32", "float16", "bfloat16", "int8", "int4",
+    "int2"; numpy dtypes accepted)."""
     if isinstance(name, CacheDtype):
         return name
     if isinstance(name, str):

@@ -195,7 +195,8 @@ def _greedy_paged(model, arrays, max_new_tokens, eos: np.ndarray, L_max, cache_d
         trace.append({"step": stats.step, "rows": rows, "tokens": tokens, "preempted": stats.preempted,
                       "blocks_used": stats.blocks_used, "time": time.perf_counter(), "cache_batch": stats.running,
                       "cache_bytes": kv.nbytes,
-                      "cache_used_bytes": stats.tokens_cached * kv.pool.bytes_per_slot * kv.pool.n_layers,
+                      "cache_used_bytes": (kv.used_bytes if kv.pool.quantized is not None    # (codes, scales, windows)
+                                           else stats.tokens_cached * kv.pool.bytes_per_slot * kv.pool.n_layers),
                       "cache_bytes_copied": kv.bytes_copied})
 
     result = serve(model, [Request(a, max_new_tokens, eos.tolist() or None) for a in arrays], block_size=block_size,

@@ -70,6 +70,8 @@ from .cache import (CacheFullError, KVCache, LayerCache, check_crop, check_plan,
 from .cache_dtypes import CacheDtype, cache_dtype
 from .gqa import attend_new_tokens, decode_attention
 from .plan import StepPlan, plan_step
+from .quantized import packed_width
+from .quantized_blocks import QuantizedBlocks
 
 __all__ = ["OutOfBlocks", "BlockAllocator", "BlockPool", "PagedKVCache", "PagedLayerCache",
            "blocks_for", "DEFAULT_BLOCK_SIZE"]
@@ -224,6 +226,11 @@ class BlockPool:
         self.format: CacheDtype = cache_dtype(dtype)
         self.compute_dtype = np.dtype(compute_dtype)
         shape = (self.num_blocks, self.block_size, self.kv_heads, self.head_dim)
+        self.quantized = None                     # int4, int2: scales, offsets, windows (kvcache.quantized_blocks)
+        if self.format.grouped:
+            shape = shape[:3] + (packed_width(self.head_dim, self.format.bits),)
+            self.quantized = QuantizedBlocks(self.n_layers, self.num_blocks, self.block_size, self.kv_heads,
+                                             self.head_dim, self.format.bits, self.compute_dtype)
         self.k = [np.zeros(shape, self.format.storage) for _ in range(n_layers)]   # [NB, bs, G, d]
         self.v = [np.zeros(shape, self.format.storage) for _ in range(n_layers)]
         scaled = self.format.scaled
@@ -248,14 +255,23 @@ class BlockPool:
 
     @property
     def bytes_per_slot(self) -> int:
-        """Bytes one position takes in one layer: G rows of keys and of values (scales included)."""
+        """Bytes one position takes in one layer: G rows of keys and of values (scales included;
+        int4 and int2: the codes alone, ``block_bytes`` counts the rest)."""
         return 2 * self.kv_heads * self.format.bytes_per_row(self.head_dim)
+
+    def block_bytes(self, filled: int) -> int:
+        """Bytes a block holding ``filled`` positions keeps in one layer (int4, int2: codes and
+        scales when full, its window otherwise)."""
+        if self.quantized is not None:
+            return self.quantized.block_bytes(filled)
+        return filled * self.bytes_per_slot
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every layer's pools."""
-        return sum(a.nbytes for arrs in (self.k, self.v, self.k_scale, self.v_scale)
-                   for a in arrs if a is not None)
+        """Bytes of every layer's pools (int4, int2: with their scales, offsets and windows)."""
+        extra = 0 if self.quantized is None else self.quantized.nbytes
+        return extra + sum(a.nbytes for arrs in (self.k, self.v, self.k_scale, self.v_scale)
+                           for a in arrs if a is not None)
 
     def copy_block(self, src: int, dst: int, slots: int) -> None:
         """Copy the first ``slots`` positions of block ``src`` into block ``dst``, in every layer."""
@@ -263,7 +279,28 @@ class BlockPool:
             for a in arrs:
                 if a is not None:
                     a[dst, :slots] = a[src, :slots]
+        if self.quantized is not None:
+            self.quantized.copy_block(src, dst, slots)
+            self.bytes_copied += self.block_bytes(slots) * self.n_layers
+            return
         self.bytes_copied += slots * self.bytes_per_slot * self.n_layers
+
+    def write(self, layer: int, blocks: np.ndarray, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        """Layer ``layer``'s new positions k, v (N, G, d) into slots[i] of blocks[i], in the
+        storage format (int4, int2: ``QuantizedBlocks.write``, after ``prepare``)."""
+        if self.quantized is not None:
+            self.quantized.write(layer, self.k[layer], self.v[layer], blocks, slots, k, v)
+            return
+        for buf, scales, x in ((self.k[layer], self.k_scale[layer], k), (self.v[layer], self.v_scale[layer], v)):
+            data, scale = self.format.encode(x)
+            buf[blocks, slots] = data                        # (N, G, d) into [NB, bs, G, d]
+            if scales is not None:
+                scales[blocks, slots] = scale
+
+    def prepare(self, blocks: np.ndarray, slots: np.ndarray) -> None:
+        """Before a step's writes: int4 and int2 give the blocks it leaves partly filled a window."""
+        if self.quantized is not None:
+            self.quantized.prepare(np.asarray(blocks), np.asarray(slots), self.allocator.refcount)
 
     def pin(self, block: int) -> None:
         """Hold one reference to a live block outside any table (beam search keeps the prompt's
@@ -499,10 +536,14 @@ class PagedKVCache(KVCache):
     def crop(self, n) -> None:
         """Forget every position >= n (one n, or one per sequence); blocks left empty are freed."""
         lengths = np.minimum(self.lengths, check_crop(n, self.batch))
+        bs, quantized = self.block_size, self.pool.quantized
         for row, table in enumerate(self.tables):
-            keep = blocks_for(lengths[row], self.block_size)
+            keep = blocks_for(lengths[row], bs)
             while len(table) > keep:
                 self.allocator.free(table.pop())
+            cut, old = int(lengths[row]), int(self._lengths[row])
+            if quantized is not None and cut % bs and old >= (cut // bs + 1) * bs:
+                quantized.reopen(table[cut // bs], self.pool.k, self.pool.v)   # a full block partly filled again
         self._set_lengths(lengths)
 
     def copy(self) -> "PagedKVCache":
@@ -512,6 +553,7 @@ class PagedKVCache(KVCache):
                              pool.format.name, pool.compute_dtype)
         for name in ("k", "v", "k_scale", "v_scale"):
             setattr(new_pool, name, [None if a is None else a.copy() for a in getattr(pool, name)])
+        new_pool.quantized = None if pool.quantized is None else pool.quantized.copy()
         new = PagedKVCache(pool.n_layers, 0, pool.kv_heads, pool.head_dim, self.max_len,
                            capacity=self._capacity, pool=new_pool)
         for table, length in zip(self.tables, self.lengths):
@@ -589,8 +631,9 @@ class PagedKVCache(KVCache):
         table = self._padded_tables(blocks_for(plan.context, self.block_size))
         rows = np.arange(self.batch) if plan.is_decode else np.repeat(np.arange(self.batch), counts)
         self._set_lengths(plan.ends)
-        return plan.with_slots(table, table[rows, plan.positions // self.block_size],
-                               plan.positions % self.block_size)
+        blocks, slots = table[rows, plan.positions // self.block_size], plan.positions % self.block_size
+        self.pool.prepare(blocks, slots)
+        return plan.with_slots(table, blocks, slots)
 
     def append(self, seq, keys, values) -> None:
         """Append n positions to sequence ``seq`` alone, in every layer: ``keys[l]``,
@@ -611,13 +654,11 @@ class PagedKVCache(KVCache):
         length = int(self._lengths[row])
         positions = np.arange(length, length + n)
         blocks = np.asarray(self.tables[row], np.int64)[positions // self.block_size]
+        slots = positions % self.block_size
+        pool.prepare(blocks, slots)
         for layer in range(pool.n_layers):
-            for buf, scales, x in ((pool.k[layer], pool.k_scale[layer], keys[layer]),
-                                   (pool.v[layer], pool.v_scale[layer], values[layer])):
-                data, scale = pool.format.encode(np.asarray(x, pool.compute_dtype))
-                buf[blocks, positions % self.block_size] = data
-                if scales is not None:
-                    scales[blocks, positions % self.block_size] = scale
+            pool.write(layer, blocks, slots, np.asarray(keys[layer], pool.compute_dtype),
+                       np.asarray(values[layer], pool.compute_dtype))
         self._lengths[row] = length + n
 
     def _padded_tables(self, width: int) -> np.ndarray:
@@ -672,8 +713,22 @@ class PagedKVCache(KVCache):
 
     @property
     def used_bytes(self) -> int:
-        """Bytes holding cached positions (distinct slots, every layer)."""
-        return self.filled_slots() * self.pool.bytes_per_slot * self.pool.n_layers
+        """Bytes holding cached positions (distinct slots, every layer; int4 and int2: each
+        block's codes and scales, or its window)."""
+        if self.pool.quantized is None:
+            return self.filled_slots() * self.pool.bytes_per_slot * self.pool.n_layers
+        return sum(self.pool.block_bytes(n) for n in self.block_fill().values()) * self.pool.n_layers
+
+    def block_fill(self) -> dict[int, int]:
+        """Positions filled in each block this batch holds (the most any of its holders fills)."""
+        bs = self.block_size
+        fill: dict[int, int] = {}
+        for table, length in zip(self.tables, self.lengths.tolist()):
+            for i, b in enumerate(table):
+                n = min(bs, max(0, length - i * bs))
+                if n and n > fill.get(b, 0):
+                    fill[b] = n
+        return fill
 
     @property
     def bytes_copied(self) -> int:
@@ -731,23 +786,23 @@ class PagedLayerCache(LayerCache):
         if getattr(plan, "slot_blocks", None) is None:
             raise TypeError("a paged layer writes a plan made by its PagedKVCache.reserve")
         check_plan(plan, self.cache.lengths, "ends")
-        pool, i = self.cache.pool, self.index
-        for buf, scales, x in ((pool.k[i], pool.k_scale[i], k), (pool.v[i], pool.v_scale[i], v)):
-            data, scale = self.format.encode(x)
-            buf[plan.slot_blocks, plan.slot_offsets] = data     # (N, G, d) into [NB, bs, G, d]
-            if scales is not None:
-                scales[plan.slot_blocks, plan.slot_offsets] = scale
+        self.cache.pool.write(self.index, plan.slot_blocks, plan.slot_offsets, k, v)
 
     # ------------------------------------------------------------------ reading
 
-    def _rows(self, buf, scales, table: np.ndarray, T: int) -> np.ndarray:
+    def _rows(self, buf, scales, table: np.ndarray, T: int, lengths) -> np.ndarray:
         """Positions 0 .. T - 1 of the sequences whose (padded) tables are ``table`` (B, n):
         (B, G, T, d) in the compute dtype.  One gather, np.take of the blocks: [B, n, bs, G, d],
         which is already (B, n bs, G, d) in position order; the transpose is a view.  The result
-        lives in the pool's workspace: valid until the next gather of the same kind."""
+        lives in the pool's workspace: valid until the next gather of the same kind.  int4 and
+        int2 decode the codes and lay each sequence's window over its partly filled last block
+        (``lengths``: the sequences' lengths)."""
         B, n = table.shape
         bs = self.cache.block_size
         pool = self.cache.pool
+        if pool.quantized is not None:
+            is_key = buf is pool.k[self.index]
+            return pool.quantized.read(self.index, is_key, buf, table, T, lengths).transpose(0, 2, 1, 3)
         name = "k" if buf is pool.k[self.index] else "v"
         data = np.take(buf, table, axis=0, mode="clip",      # (clip: take does not buffer out=)
                        out=pool.workspace(name, (B, n) + buf.shape[1:], buf.dtype))
@@ -759,10 +814,12 @@ class PagedLayerCache(LayerCache):
             scale = scale.reshape(B, n * bs, self.kv_heads)[:, :T].transpose(0, 2, 1)
         return self.format.decode(data.transpose(0, 2, 1, 3), scale, self.compute_dtype)
 
-    def _gathered(self, table: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
-        """Keys and values (B, G, T, d) of the sequences whose tables are ``table`` (B, n)."""
+    def _gathered(self, table: np.ndarray, T: int, lengths) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and values (B, G, T, d) of the sequences whose tables are ``table`` (B, n) and
+        lengths ``lengths`` (B,)."""
         pool, i = self.cache.pool, self.index
-        return self._rows(pool.k[i], pool.k_scale[i], table, T), self._rows(pool.v[i], pool.v_scale[i], table, T)
+        return (self._rows(pool.k[i], pool.k_scale[i], table, T, lengths),
+                self._rows(pool.v[i], pool.v_scale[i], table, T, lengths))
 
     def attend(self, q: np.ndarray, plan: StepPlan) -> np.ndarray:
         """q (N, H, d): the step's queries  ->  (N, H, d).  Rows with one new token attend
@@ -770,18 +827,18 @@ class PagedLayerCache(LayerCache):
         one by one, causally."""
         check_plan(plan, self.cache.lengths, "ends")
         if plan.is_decode:
-            K, V = self._gathered(plan.table, plan.context)
+            K, V = self._gathered(plan.table, plan.context, plan.ends)
             return decode_attention(q, K, V, plan.ends)
         out = np.empty_like(q)
         bs, offsets, ends = self.cache.block_size, plan.offsets, plan.ends
         ones = np.flatnonzero(plan.counts == 1)
         if len(ones) > 1:                               # the decoding rows of a mixed step, together
             T = int(ends[ones].max())
-            K, V = self._gathered(plan.table[ones, : blocks_for(T, bs)], T)
+            K, V = self._gathered(plan.table[ones, : blocks_for(T, bs)], T, ends[ones])
             out[offsets[ones]] = decode_attention(q[offsets[ones]], K, V, ends[ones])
         for b in np.flatnonzero(plan.counts != 1) if len(ones) > 1 else range(plan.batch):
             t, lo, hi = int(ends[b]), offsets[b], offsets[b + 1]
-            K, V = self._gathered(plan.table[b: b + 1, : blocks_for(t, bs)], t)
+            K, V = self._gathered(plan.table[b: b + 1, : blocks_for(t, bs)], t, [t])
             out[lo:hi] = attend_new_tokens(q[lo:hi], K[0], V[0])      # (G, t, d) each
         return out
 
@@ -800,7 +857,7 @@ class PagedLayerCache(LayerCache):
         if t == 0:
             return np.zeros((self.kv_heads, 0, self.head_dim), self.compute_dtype)
         table = np.asarray(cache.block_table(row)[: blocks_for(t, cache.block_size)], np.int64)[None, :]
-        return np.array(self._rows(buf, scales, table, t)[0])
+        return np.array(self._rows(buf, scales, table, t, [t])[0])
 
     # ------------------------------------------------------------------ rows: the batch's
 

@@ -53,6 +53,11 @@ Making the cache smaller (Part V), on the real model:
                    their costs, RoPE against absorption, the decoupled RoPE key (chapter 12)
     head_conversion   a trained model's key/value heads pooled, or its key/value projections
                    truncated by SVD to a latent cache, without retraining (chapter 12)
+    fewer_tokens   which positions a query sees: window and sink masks over a real model's pass,
+                   the attention on the first positions, the evicting caches' logits (chapter 14)
+    speculative_sampling  the acceptance rule of speculative sampling (keep x ~ q with probability
+                   min(1, p/q), else draw from max(0, p - q)) and its first token's frequencies
+                   over many draws (chapter 15)
 
 Nothing is imported here: a chapter imports ``lessons.machine_facts`` before numpy is loaded.
 """

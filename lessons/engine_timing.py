@@ -9,6 +9,8 @@ What the chapters time, on the model they build:
 * ``prefill_times``: the same prompts prefilled ragged (packed end to end) and padded (every
   prompt right-padded to the longest).
 * ``step_times_by_batch``: one decode step as sequences leave the batch (finished ones).
+* ``product_times_by_rows``: the same step's matrix products alone (every layer's four and the
+  output layer's), with 1, 2, ... rows: where one row takes numpy's matrix-vector path.
 * ``step_times_by_context``: one decode step with the cache, and the same token recomputed from
   scratch, at several context lengths.
 
@@ -31,13 +33,14 @@ import numpy as np
 from kvcache.config import ModelConfig
 from kvcache.cost import layer_products
 from kvcache.gqa import QUERY_BLOCK
+from kvcache.linear import linear
 
 from .machine_facts import MachineFacts
 from .memory import GIB, format_bytes
 
 __all__ = ["Calibration", "calibrate", "product_flops", "score_count", "BatchPlan", "batch_lengths",
            "batch_seconds", "batch_memory", "plan_batch", "ContextPlan", "context_seconds", "plan_contexts", "prefill_times",
-           "step_times_by_batch", "step_times_by_context", "random_prompts"]
+           "step_times_by_batch", "step_weights", "product_times_by_rows", "step_times_by_context", "random_prompts"]
 
 MEMORY_SHARE = 8                       # a measurement holds at most 1/8 of the free memory
 ASSUMED_FREE_BYTES = 2 * GIB           # when Linux does not say
@@ -281,6 +284,32 @@ def step_times_by_batch(model, prompts, repeats: int = 3, seed: int = 0) -> list
             model.decode(tokens[:b], live)
             live.crop(lengths)
         times.append(_best(step, repeats))
+    return times
+
+
+def step_weights(model) -> list[np.ndarray]:
+    """Every weight matrix a decode step multiplies by, in the order it does: each layer's
+    query-key-value, output, gate-up and down projections, then the output layer."""
+    per_layer = [m for w in model.layers for m in (w.wqkv, w.wo, w.w_gate_up, w.w_down)]
+    return per_layer + [model.lm_head]
+
+
+def product_times_by_rows(model, rows, repeats: int = 3, seed: int = 0) -> list[float]:
+    """The time of a decode step's matrix products alone, x W^T through ``kvcache.linear`` for
+    every W of ``step_weights(model)``, with x of n rows for each n of ``rows``; the fastest of
+    ``repeats`` passes, in seconds.  A row stands for a sequence: the inputs are random, since a
+    product's time does not depend on its values."""
+    rng = np.random.default_rng(seed)
+    weights = step_weights(model)
+    times = []
+    for n in rows:
+        inputs = {w.shape[1]: rng.standard_normal((int(n), w.shape[1])).astype(model.compute_dtype)
+                  for w in weights}
+
+        def products():
+            for w in weights:
+                linear(inputs[w.shape[1]], w)
+        times.append(_best(products, repeats))
     return times
 
 

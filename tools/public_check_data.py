@@ -696,6 +696,118 @@ def latent_attend_step_data() -> dict:
     return {"first_step_shapes": shapes, "worked_example": example, "random": random, "one_head": one_head}
 
 
+def ref_speculative_accept(draft, q, p, u, *, residual="clamped", which_u="k", bonus=True) -> list[int]:
+    """The acceptance rule over exact fractions of the stored floats: x_i kept while u_i q_i(x)
+    < p_i(x); at the first rejection (or after all k) the smallest j with r_0 + .. + r_j >
+    u_k (r_0 + .. + r_{V-1}), r = max(0, p_i - q_i) (or p_k).  ``residual="p"``, ``which_u="i"``
+    and ``bonus=False`` are the mistakes the checks name."""
+    F = Fraction
+    k = len(draft)
+
+    def draw(weights, v):
+        total, running = sum(weights, F(0)), F(0)
+        for j, w in enumerate(weights):
+            running += w
+            if running > F(v) * total:
+                return j
+        return len(weights) - 1
+
+    for i in range(k):
+        x = draft[i]
+        if F(u[i]) * F(q[i][x]) < F(p[i][x]):
+            continue
+        if residual == "p":
+            weights = [F(a) for a in p[i]]
+        else:
+            weights = [max(F(0), F(a) - F(b)) for a, b in zip(p[i], q[i])]
+        return list(draft[:i]) + [draw(weights, u[i] if which_u == "i" else u[k])]
+    return list(draft) + ([draw([F(a) for a in p[k]], u[k])] if bonus else [])
+
+
+def _speculative_case(draft, q, p, u) -> dict:
+    return {"draft_tokens": draft, "q_probs": q, "p_probs": p, "uniforms": u,
+            "expected": ref_speculative_accept(draft, q, p, u),
+            "mistakes": {"from_p": ref_speculative_accept(draft, q, p, u, residual="p"),
+                         "rejecting_uniform": ref_speculative_accept(draft, q, p, u, which_u="i"),
+                         "no_bonus": ref_speculative_accept(draft, q, p, u, bonus=False)}}
+
+
+def speculative_accept_data() -> dict:
+    q = [[0.2, 0.5, 0.3], [0.1, 0.2, 0.7]]
+    p = [[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.5, 0.25, 0.25]]
+    rng = np.random.default_rng(15)
+    V, k = 6, 4
+    rq = [list(row / row.sum()) for row in rng.random((k, V)) + 0.05]
+    rp = [list(row / row.sum()) for row in rng.random((k + 1, V)) + 0.05]
+    rdraft = [int(rng.choice(V, p=row)) for row in rq]
+    return {
+        "worked_example": _speculative_case([1, 2], q, p, [0.9, 0.7, 0.5]),
+        "worked_example_all_accepted": _speculative_case([1, 2], q, p, [0.9, 0.5, 0.5]),
+        "first_rejected": _speculative_case([0, 3], [[0.5, 0.25, 0.125, 0.125], [0.25] * 4],
+                                            [[0.125, 0.25, 0.375, 0.25], [0.25] * 4, [0.25] * 4], [0.5, 0.0, 0.7]),
+        "no_draft": _speculative_case([], [], [[0.125, 0.5, 0.125, 0.25]], [0.6]),
+        "greedy": _speculative_case([3, 1, 4], [[0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0],
+                                                [0.0, 0.0, 0.0, 0.0, 1.0]],
+                                    [[0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0],
+                                     [0.0, 0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0]], [0.3, 0.8, 0.1, 0.6]),
+        "random": _speculative_case(rdraft, rq, rp, [float(v) for v in (0.31, 0.83, 0.62, 0.08, 0.55)]),
+    }
+
+
+def ref_quantize(x, bits, axis, how="round") -> dict:
+    """Codes, scale and offset of x (a list of rows) per channel (axis 0) or per token (axis 1),
+    slice by slice over Python floats; ``how``: "round" (halves to even), "floor"."""
+    T, d = len(x), len(x[0])
+    slices = [[x[t][j] for t in range(T)] for j in range(d)] if axis == 0 else [list(row) for row in x]
+    top = 2 ** bits - 1
+    codes_by_slice, scales, offsets = [], [], []
+    for values in slices:
+        low = min(values)
+        scale = (max(values) - low) / top
+        if scale == 0:
+            codes_by_slice.append([0] * len(values))
+        else:
+            step = [(v - low) / scale for v in values]
+            codes_by_slice.append([max(0, min(top, math.floor(q) if how == "floor" else round(q))) for q in step])
+        scales.append(scale)
+        offsets.append(low)
+    if axis == 0:
+        codes = [[codes_by_slice[j][t] for j in range(d)] for t in range(T)]
+        return {"codes": codes, "scale": [scales], "offset": [offsets]}
+    return {"codes": codes_by_slice, "scale": [[s] for s in scales], "offset": [[o] for o in offsets]}
+
+
+def ref_dequantize(q: dict) -> list:
+    """codes * scale + offset, broadcast, over Python floats."""
+    one_row = len(q["scale"]) == 1
+    out = []
+    for t, row in enumerate(q["codes"]):
+        s, o = (q["scale"][0], q["offset"][0]) if one_row else ([q["scale"][t][0]] * len(row), [q["offset"][t][0]] * len(row))
+        out.append([c * s[j] + o[j] for j, c in enumerate(row)])
+    return out
+
+
+def _quantize_case(x, bits, axis) -> dict:
+    return {"x": x, "bits": bits, "axis": axis, "expected": ref_quantize(x, bits, axis),
+            "decoded": ref_dequantize(ref_quantize(x, bits, axis)),
+            "mistakes": {"floor": ref_quantize(x, bits, axis, "floor")["codes"],
+                         "other_axis": ref_quantize(x, bits, 1 - axis)["codes"]}}
+
+
+def quantize_kv_data() -> dict:
+    example = [[0.0, -0.5, 8.0, 1.0], [1.0, 0.5, 2.0, 1.0], [-0.5, 1.0, 6.0, 1.0]]
+    rng = np.random.default_rng(13)
+    keys = [[round(float(v), 6) for v in row] for row in rng.standard_normal((6, 5)) * [1, 1, 12, 1, 1]]
+    values = [[round(float(v), 6) for v in row] for row in rng.standard_normal((4, 8))]
+    return {
+        "worked_example_per_channel": _quantize_case(example, 2, 0),
+        "worked_example_per_token": _quantize_case(example, 2, 1),
+        "constant": _quantize_case([[2.0, -1.0], [2.0, 0.5], [2.0, 3.0]], 3, 0),
+        "random_keys": _quantize_case(keys, 4, 0),
+        "random_values": _quantize_case(values, 2, 1),
+    }
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
@@ -704,7 +816,8 @@ BUILDERS = {
     "BlockAllocator": block_allocator_data, "reorder_cache": reorder_cache_data,
     "blocked_decode": blocked_decode_data, "requant": requant_data,
     "attention_tail": attention_tail_data, "mutants": mutants_data,
-    "latent_attend_step": latent_attend_step_data,
+    "latent_attend_step": latent_attend_step_data, "speculative_accept": speculative_accept_data,
+    "quantize_kv": quantize_kv_data,
 }
 
 

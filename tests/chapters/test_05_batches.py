@@ -243,6 +243,47 @@ def test_ch5_the_measured_steps_are_reported_in_words_that_follow_them(ch5):
     assert g["ch5_plan"].startswith("Prompts of up to") and "free" in g["ch5_plan"]
 
 
+
+ONE_ROW = re.compile(
+    r"From 6 sequences down to 2 the step's time (?:hardly moved \(\d+% (?:lower|higher)\)|fell by \d+%|rose by \d+%), "
+    r"and from 2 to 1 it (?:hardly moved \(\d+% (?:lower|higher)\)|fell by (\d+)%|rose by \d+%)\. "
+    r"The step's matrix products alone took ([\d.]+) ms with 2 rows and ([\d.]+) ms with 1, "
+    r"(?:(?P<dear>[\d.]+) times what two one-row passes cost: the matrix-matrix routine's price"
+    r"|as much as two one-row passes \(a ratio of (?P<same>[\d.]+)\): here the two routines cost the same per row"
+    r"|(?P<cheap>[\d.]+) times less than two one-row passes: the matrix-matrix routine reads each weight once "
+    r"for both rows)\. (?P<end>.*)")
+
+
+def test_ch5_the_one_row_path_is_measured_and_its_words_follow_the_measurement(ch5):
+    """The step's fall at one row is put to the matrix-vector path by a measurement the page shows:
+    the step's products at 2 rows against twice their time at 1 (two one-row passes), in words
+    chosen from that ratio with the course's noise of 15%, and the share of the step's fall."""
+    nb, g = ch5
+    m = ONE_ROW.fullmatch(g["ch5_one_row_words"])
+    assert m, g["ch5_one_row_words"]
+    two, one = float(m[2]), float(m[3])
+    assert (two, one) == (number(g["ch5_products_two_ms"]), number(g["ch5_products_one_ms"]))
+    q = two / (2 * one)
+    if m["dear"]:
+        assert q > 1.15 - 0.01 and abs(float(m["dear"]) - q) <= 0.05 + 0.01 * q
+    elif m["same"]:
+        assert 1 / 1.15 - 0.01 <= q <= 1.15 + 0.01 and abs(float(m["same"]) - q) <= 0.01
+    else:
+        assert q < 1 / 1.15 + 0.01 and abs(float(m["cheap"]) - 1 / q) <= 0.05 + 0.01 / q
+    step_two, step_one = number(g["ch5_step_two_ms"]), number(g["ch5_step_one_ms"])
+    if m["end"].startswith("Their fall"):
+        fall = re.fullmatch(r"Their fall from 2 rows to 1, ([\d.]+) ms, is (\d+)% of the step's \(([\d.]+) ms\)\.", m["end"])
+        assert fall, m["end"]
+        assert abs(float(fall[1]) - (two - one)) <= 0.11 and abs(float(fall[3]) - (step_two - step_one)) <= 0.11
+        assert abs(int(fall[2]) - 100 * float(fall[1]) / float(fall[3])) <= 1.5
+        assert step_one < step_two / 1.15 + 0.01
+    else:
+        assert m["end"] in ("The step itself did not fall beyond the noise from 2 sequences to 1.",
+                            "The products did not fall with the step: its fall from 2 sequences to 1 is elsewhere.")
+    text = markdown(nb)
+    assert "{glue:md}`ch5_one_row_words`" in text
+    assert "matrix-vector" in text and "(gemv)" in text and "(gemm)" in text and "matmul.c.src" in text
+
 def test_ch5_interface_table_names_every_method_and_error(ch5):
     nb, _ = ch5
     text = markdown(nb)

@@ -520,3 +520,27 @@ def test_the_built_site_goes_to_site_worded_for_the_class(tmp_path):
     (site / "book" / "other.html").write_text("<p>Run <code>python -m graders grade</code>.</p>")
     with pytest.raises(ReleaseError, match=r"site/book/other.html: line 1 tells the learner to run"):
         make_release(tmp_path / "out", root=root)
+
+
+def test_every_cell_of_the_copy_has_its_own_id_and_two_releases_are_the_same(release, tmp_path):
+    """JupyterLab opens a notebook of the copy unchanged: every cell of every notebook has an id
+    (nbformat 4.5), the cells the release adds (a chapter's answers cell, a sentence before the
+    code to read) too, none repeated; and a second release gives the same files, ids included."""
+    out, _ = release
+    notebooks = sorted(out.rglob("*.ipynb"))
+    assert len(notebooks) >= 28
+    for path in notebooks:
+        nb = json.loads(path.read_text())
+        ids = [cell.get("id") for cell in nb["cells"]]
+        assert nb["nbformat"] == 4 and nb["nbformat_minor"] >= 5, path.relative_to(out)
+        assert all(isinstance(i, str) and i for i in ids), f"{path.relative_to(out)}: a cell has no id"
+        assert len(set(ids)) == len(ids), f"{path.relative_to(out)}: two cells share an id"
+    chapter = json.loads((out / "book" / "chapters" / "10_decode_on_ga2.ipynb").read_text())
+    source = json.loads((ROOT / "book" / "chapters" / "10_decode_on_ga2.ipynb").read_text())
+    added = [c for c in chapter["cells"] if c["id"] not in {s["id"] for s in source["cells"]}]
+    assert any("answers.say_what_runs" in "".join(c["source"]) for c in added)
+    assert any("leaves out `ga2.rtl`" in "".join(c["source"]) for c in added)
+    assert not any(c["cell_type"] == "raw" for c in added), "a cell turned to read keeps its id"
+    again = tmp_path / "again"
+    make_release(again, root=ROOT)
+    assert (again / "MANIFEST.txt").read_text() == (out / "MANIFEST.txt").read_text()

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = ("causal_attention", "attend_step", "batched_decode_step", "latent_attend_step")
+NAMES = ("causal_attention", "attend_step", "batched_decode_step", "latent_attend_step", "speculative_accept",
+         "quantize_kv")
 
 
 def weights(scores):
@@ -100,3 +101,38 @@ def test_latent_attend_step_example(folder):
     assert [row[0] for row in ns["expected_cache"]["c"].tolist()] == latents and len(cache["c"]) == 1
     for value in (*out, *weights([1.0, 2.0]), *weights([-1.0, -2.0])):
         assert f"{value:.4f}" in text, value
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_speculative_accept_example(folder):
+    """The rule walked by hand over the example's three positions, for both sets of uniforms."""
+    text, _, ns = example(folder, "speculative_accept")
+    draft, q, p = ns["draft_tokens"].tolist(), ns["q_probs"].tolist(), ns["p_probs"].tolist()
+    assert p[1][2] / q[1][2] == pytest.approx(0.5714, abs=1e-4) and p[0][1] / q[0][1] > 1
+    # rejected at 0.7: r = (0.3 - 0.1, 0.3 - 0.2, 0), the first running sum past 0.5 * 0.3
+    assert 0.3 - 0.1 > 0.5 * ((0.3 - 0.1) + (0.3 - 0.2)) and ns["expected"][(0.9, 0.7, 0.5)] == [1, 0]
+    # accepted at 0.5 < 0.571: p_2's running sums 0.5, 0.75: 0.5 is not past 0.5
+    assert ns["expected"][(0.9, 0.5, 0.5)] == [draft[0], draft[1], 1]
+    for words in ("0.571", "(0.2, 0.1, 0)", "0.15", "`[1, 0]`", "`[1, 2, 1]`"):
+        assert words in text, words
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_quantize_kv_example(folder):
+    """The codes worked by hand: per channel every number lies on its channel's grid (x comes back
+    exactly); per token, token 0's outlier takes the range and 0.0 and -0.5 share code 0."""
+    text, _, ns = example(folder, "quantize_kv")
+    x = ns["x"].tolist()
+    ch = ns["expected_per_channel"]
+    for t in range(3):
+        for j in range(4):
+            assert ch["codes"][t][j] * ch["scale"][0][j] + ch["offset"][0][j] == x[t][j]
+    # channel 0: (0.0 + 0.5) / 0.5 = 1; channel 2: (6 - 2) / 2 = 2; channel 3 constant
+    assert ch["codes"][:, 0].tolist() == [1, 3, 0] and ch["codes"][:, 2].tolist() == [3, 0, 2]
+    assert ch["scale"][0, 3] == 0 and ch["codes"][:, 3].tolist() == [0, 0, 0]
+    tok = ns["expected_per_token"]
+    # token 0: step 8.5 / 3; (0 + 0.5) / 2.833 = 0.18 and (1 + 0.5) / 2.833 = 0.53 round to 0 and 1
+    assert tok["codes"][0].tolist() == [0, 0, 3, 1] and round(0.5 / (8.5 / 3)) == 0 and round(1.5 / (8.5 / 3)) == 1
+    assert tok["codes"][2].tolist() == [0, 1, 3, 1] and round(1.5 / (6.5 / 3)) == 1
+    for words in ("1.5 / 3 = 0.5", "8.5 / 3 = 2.83", "(2.8333, 0.5, 2.1667)"):
+        assert words in text, words

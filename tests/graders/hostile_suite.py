@@ -26,6 +26,7 @@ from grader_helpers import BWRAP, BWRAP_WHY, FAST, GOOD, HOSTILE, ROOT, grade_te
 
 VALUE_TESTS = lambda name: not any(w in name for w in ("not modified", "shape and dtype"))  # noqa: E731
 ALL_TESTS = lambda name: True  # noqa: E731
+QUANT_VALUES = lambda name: not name.startswith("dequantize_kv")  # noqa: E731 - its answer is right there
 TIME_VALUES = lambda name: "is a float" not in name  # noqa: E731 - time_per_token's values (-1.0 is a float)
 
 
@@ -184,6 +185,14 @@ CASES = [
     # patched comparisons of the process; a property test counts only with the right answer
     ("latent_liar_cache.py", "latent_attend_step", {"ok"}, "it is a submission.LiarCache", ALL_TESTS, FAST),
     ("latent_patch_numpy.py", "latent_attend_step", {"ok"}, "differs", ALL_TESTS, FAST),
+    # speculative sampling: a list of tokens that equals anything; the patched comparisons of the
+    # process (and len); a property test counts only with the right answer
+    ("speculative_liar_list.py", "speculative_accept", {"ok"}, "LiarTokens", ALL_TESTS, FAST),
+    ("speculative_patch_numpy.py", "speculative_accept", {"ok"}, "should be", ALL_TESTS, FAST),
+    # the quantizer: codes whose comparisons lie; the patched comparisons of the process (and len);
+    # dequantize_kv's own test counts on its values, the property tests only with the right answer
+    ("quantize_liar_codes.py", "quantize_kv", {"ok"}, "codes differ", QUANT_VALUES, FAST),
+    ("quantize_patch_numpy.py", "quantize_kv", {"ok"}, "codes differ", QUANT_VALUES, FAST),
 ]
 
 
@@ -278,6 +287,17 @@ def test_no_latent_attention_is_within_reach(isolation):
                            limits=Limits(test_seconds=3, submission_seconds=30))
     assert_zero(result)
     assert "no latent attention within reach" in "\n".join(t["output"] for t in result["tests"])
+    assert_grading_goes_on(isolation)
+
+
+def test_no_acceptance_rule_is_within_reach(isolation):
+    """The lessons' rule, the hidden tests' reference and the solution notebook: none can be
+    imported or read from the sandbox, and the attack that looks for them earns nothing."""
+    needs(isolation, "file_view")
+    result = grade_hostile("speculative_reference.py", "speculative_accept", isolation,
+                           limits=Limits(test_seconds=3, submission_seconds=30))
+    assert_zero(result)
+    assert "no acceptance rule within reach" in "\n".join(t["output"] for t in result["tests"])
     assert_grading_goes_on(isolation)
 
 
@@ -705,3 +725,14 @@ def test_runs_cannot_ask_the_page_cache_what_the_runs_before_or_beside_them_read
     result, spans = grade_neighbour_attack("mutants_page_cache.py", isolation, sandboxes=sandboxes,
                                            fill={"__CHANNEL__": channel, "__FILE__": path, "__PAGE__": page})
     assert_saw_no_one(result)
+
+
+def test_no_quantizer_is_within_reach(isolation):
+    """The engine's quantizer, the hidden tests' reference and the solution notebook: none can be
+    imported or read from the sandbox, and the attack that looks for them earns nothing."""
+    needs(isolation, "file_view")
+    result = grade_hostile("quantize_reference.py", "quantize_kv", isolation,
+                           limits=Limits(test_seconds=3, submission_seconds=30))
+    assert_zero(result, on=QUANT_VALUES)
+    assert "no quantizer within reach" in "\n".join(t["output"] for t in result["tests"])
+    assert_grading_goes_on(isolation)

@@ -156,3 +156,15 @@ def test_random_prompts_are_fixed_by_their_seed():
     b = et.random_prompts(CONFIG, [3, 5], seed=4)
     assert [len(p) for p in a] == [3, 5] and all(np.array_equal(x, y) for x, y in zip(a, b))
     assert all(p.max() < 1024 and p.min() >= 0 for p in a)
+
+
+def test_the_step_weights_are_every_layer_s_four_products_and_the_output_layer(tiny_model):
+    weights = et.step_weights(tiny_model)
+    assert len(weights) == 4 * tiny_model.config.num_hidden_layers + 1
+    assert weights[0] is tiny_model.layers[0].wqkv and weights[3] is tiny_model.layers[0].w_down
+    assert weights[-1] is tiny_model.lm_head
+
+
+def test_product_times_by_rows_times_each_row_count(tiny_model):
+    times = et.product_times_by_rows(tiny_model, [3, 2, 1], repeats=2)
+    assert len(times) == 3 and all(math.isfinite(t) and t > 0 for t in times)

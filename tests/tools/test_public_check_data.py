@@ -148,3 +148,34 @@ def test_the_public_checks_import_nothing_of_the_course():
         for name in ("kvcache", "graders", "solutions", "coursebook", "tools"):
             assert f"import {name}" not in source and f"from {name}" not in source, (path.name, name)
     assert not (ROOT / "public_checks" / "_reference.py").exists()
+
+
+def test_speculative_accept_data_agrees_with_the_lessons():
+    from lessons.speculative_sampling import speculative_accept
+    d = data("speculative_accept")
+    for key in ("worked_example", "worked_example_all_accepted", "first_rejected", "no_draft", "greedy", "random"):
+        case = d[key]
+        p = np.array(case["p_probs"])
+        q = np.array(case["q_probs"]).reshape(len(case["draft_tokens"]), p.shape[1])
+        got = speculative_accept(np.array(case["draft_tokens"], dtype=np.int64), q, p, np.array(case["uniforms"]))
+        assert got == case["expected"], key
+    assert d["worked_example"]["expected"] == [1, 0] and d["worked_example_all_accepted"]["expected"] == [1, 2, 1]
+    for key in ("first_rejected", "random"):                          # the stored mistakes differ from the answer
+        assert d[key]["mistakes"]["from_p"] != d[key]["expected"]
+    assert d["no_draft"]["mistakes"]["no_bonus"] == []
+
+
+def test_quantize_kv_data_agrees_with_the_engine():
+    from kvcache.quantized import dequantize_kv, quantize_kv
+    d = data("quantize_kv")
+    for key in ("worked_example_per_channel", "worked_example_per_token", "constant", "random_keys", "random_values"):
+        case = d[key]
+        codes, scale, offset = quantize_kv(np.array(case["x"]), case["bits"], case["axis"])
+        assert codes.tolist() == case["expected"]["codes"], key
+        assert np.allclose(scale, case["expected"]["scale"], rtol=1e-15, atol=0)
+        assert np.allclose(offset, case["expected"]["offset"], rtol=1e-15, atol=0)
+        assert np.allclose(dequantize_kv(codes, scale, offset), case["decoded"], rtol=1e-15, atol=1e-15)
+        if key.startswith("random"):                               # the stored mistakes differ from the answer
+            for mistake in ("floor", "other_axis"):
+                assert case["mistakes"][mistake] != case["expected"]["codes"], (key, mistake)
+    assert d["worked_example_per_channel"]["decoded"] == d["worked_example_per_channel"]["x"]

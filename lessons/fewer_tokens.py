@@ -1,0 +1,119 @@
+"""Fewer tokens kept: which positions a query may see, and what that costs on a real model.
+
+Every policy of chapter 14 is a rule for the set of positions query t attends to.  A rule that
+depends on positions alone is a **mask**, visible[t, j], and then one teacher-forced pass over the
+text computes exactly what decoding token by token would (``logits_under_mask``)::
+
+    full cache        visible[t, j] = j <= t
+    sliding window    visible[t, j] = t - W < j <= t
+    sinks + window    visible[t, j] = j in sinks and j <= t,  or  t - W < j <= t
+
+(StreamingLLM, arXiv 2309.17453: the sinks are the first S positions; ``sink_window_mask`` takes
+any positions, the text's newlines for instance).  A policy that chooses by attention (H2O,
+TOVA) has no mask known in advance: its choice at token t depends on what the layer attended to
+before, so it runs through the engine's evicting caches (``kvcache.h2o``), which decide token by
+token, layer by layer, within one pass (``cache_logits``).
+
+The attention a layer's heads give the first positions (``mass_on_first``) is read from the same
+masked pass: the mean over queries t >= ``from_query`` of softmax weights on positions 0 .. k-1.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvcache.linear import linear
+from kvcache.norm import rms_norm, swiglu
+from kvcache.rope import apply_rope
+
+__all__ = ["window_mask", "sink_window_mask", "logits_under_mask", "mass_on_first", "cache_logits",
+           "newline_positions", "repeated_passage"]
+
+
+def window_mask(T: int, window: int, sinks: int = 0) -> np.ndarray:
+    """(T, T) bool: query t sees the first ``sinks`` positions and the last ``window`` (itself included)."""
+    return sink_window_mask(T, window, np.arange(min(sinks, T)))
+
+
+def sink_window_mask(T: int, window: int, sink_positions) -> np.ndarray:
+    """(T, T) bool: query t sees positions t - W < j <= t and the sinks j <= t."""
+    t = np.arange(T)[:, None]
+    j = np.arange(T)[None, :]
+    sink = np.zeros(T, bool)
+    sink[np.asarray(sink_positions, np.int64)] = True
+    return (j <= t) & ((j > t - window) | sink[None, :])
+
+
+def _attention(q, k, v, visible, first: int):
+    """Masked attention of one sequence: q (T, H, d), k, v (T, G, d), visible (T, T) -> (T, H, d),
+    and each head's weights on the first ``first`` positions, (H, T, first).  Written out here
+    (scores, mask, softmax, weighted sum), apart from the engine's attention it is compared with."""
+    T, H, d = q.shape
+    G = k.shape[1]
+    r = H // G
+    kh = np.repeat(k, r, axis=1).transpose(1, 2, 0)           # (H, d, T): head h reads kv head h // r
+    vh = np.repeat(v, r, axis=1).transpose(1, 0, 2)           # (H, T, d)
+    s = (q.transpose(1, 0, 2) / math.sqrt(d)) @ kh            # (H, T, T)
+    s = np.where(visible[None], s, -np.inf)
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    w = s / s.sum(axis=-1, keepdims=True)
+    return (w @ vh).transpose(1, 0, 2), w[:, :, :first].copy()
+
+
+def logits_under_mask(model, ids, visible: np.ndarray, first: int = 0):
+    """The model's logits at every position (T, V) when query t attends to the positions
+    visible[t] only, each key at its own rotary position; with ``first`` > 0 also the weights of
+    every layer and head on the first ``first`` positions, (L, H, T, first)."""
+    ids = model.check_tokens(ids)
+    T = len(ids)
+    if visible.shape != (T, T) or not visible[np.arange(T), np.arange(T)].all():
+        raise ValueError(f"visible must be ({T}, {T}) with every query seeing itself")
+    cfg = model.config
+    H, G, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    cos, sin = model._rope(np.arange(T))
+    x = model._embed_rows(ids)
+    weights = []
+    for w in model.layers:
+        h = rms_norm(x, w.attn_norm, cfg.rms_norm_eps)
+        qkv = linear(h, w.wqkv)
+        qk = apply_rope(qkv[:, : cfg.q_width + cfg.kv_width].reshape(T, H + G, d), cos, sin)
+        v = qkv[:, cfg.q_width + cfg.kv_width:].reshape(T, G, d)
+        o, on_first = _attention(qk[:, :H], qk[:, H:], v, visible, first)
+        weights.append(on_first)
+        x += linear(o.reshape(T, H * d), w.wo)
+        x += swiglu(rms_norm(x, w.mlp_norm, cfg.rms_norm_eps), w.w_gate_up, w.w_down)
+    logits = model._head(x)
+    return (logits, np.array(weights)) if first else logits
+
+
+def mass_on_first(weights: np.ndarray, k: int, from_query: int) -> np.ndarray:
+    """(L, H): the mean over queries t >= from_query of the weight on positions 0 .. k - 1, from
+    ``logits_under_mask``'s weights (L, H, T, first >= k)."""
+    return weights[:, :, from_query:, :k].sum(axis=-1).mean(axis=-1)
+
+
+def cache_logits(model, ids, kind: str, **options) -> np.ndarray:
+    """The logits at every position (T, V) of one pass over ``ids`` through an engine cache of
+    layout ``kind`` (``window``, ``h2o``) with its options: each query sees what the cache holds
+    when it comes, decided token by token."""
+    cache = model.new_cache(1, len(ids), kind=kind, **options)
+    return model.forward(ids, [len(ids)], cache, every_token=True)
+
+
+def newline_positions(tokenizer, ids, count: int, after: int = 0) -> np.ndarray:
+    """The positions of the first ``count`` tokens after position ``after`` whose text contains
+    a newline."""
+    found = [i for i, t in enumerate(ids) if i > after and "\n" in tokenizer.decode([t])]
+    if len(found) < count:
+        raise ValueError(f"only {len(found)} newline tokens after position {after}")
+    return np.array(found[:count], np.int64)
+
+
+def repeated_passage(ids, passage: int, gap: int) -> tuple[list[int], int]:
+    """A probe of what eviction loses: the text's first ``passage`` tokens, the ``gap`` tokens
+    that follow them, then the first ``passage`` tokens again.  Returns (ids, start of the copy)."""
+    ids = list(ids)
+    if passage + gap > len(ids):
+        raise ValueError(f"the text has {len(ids)} tokens; {passage} + {gap} were asked for")
+    return ids[:passage + gap] + ids[:passage], passage + gap
