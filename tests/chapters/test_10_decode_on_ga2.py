@@ -321,23 +321,6 @@ def test_the_toc_has_a_part_for_the_two_chapters():
 # ---------------------------------------------------------------- exercise notebooks
 
 
-@pytest.mark.parametrize("name", sorted(EXERCISES))
-@pytest.mark.parametrize("folder", ["exercises", "solutions"])
-def test_exercise_notebook_form(name, folder):
-    nb = nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)
-    assert nb.metadata["kvcourse"] == {"exercise": name, "chapter": EXERCISES[name]}
-    assert nb.cells[0].source.startswith(f"# Exercise: {name}")
-    assert f"python -m graders grade exercises/{name}.ipynb" in nb.cells[0].source
-    cell = answer_cell(nb)
-    assert cell is nb.cells[1] and f"def {name}(" in cell.source
-    assert ("raise NotImplementedError" in cell.source) == (folder == "exercises")
-    assert "ga2" not in cell.source and "kvcache" not in cell.source     # the grader's sandbox has neither
-    assert "## Public checks" in nb.cells[-2].source
-    assert nb.cells[-1].source == f'from public_checks import run_checks\n\nrun_checks("{name}", {name})'
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    assert not any(f"{name}(" in c.source for c in nb.cells[2:-1] if c.cell_type == "code")
-
-
 def _function_from(path, name):
     ns = {}
     exec(answer_cell(nbformat.read(path, as_version=4)).source, ns)
