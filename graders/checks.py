@@ -14,7 +14,7 @@ import numpy as np
 
 from .harness import Opaque
 
-__all__ = ["Fail", "CallResult", "describe", "as_array", "check_array", "check_close",
+__all__ = ["Fail", "Raised", "CallResult", "describe", "as_array", "check_array", "check_close",
            "check_exact_int", "check_real", "ratio_hint", "unchanged"]
 
 RTOL = 1e-9
@@ -23,6 +23,22 @@ ATOL = 1e-12
 
 class Fail(AssertionError):
     """The answer is wrong; the message is shown to the learner."""
+
+
+@dataclass(frozen=True)
+class Raised:
+    """What a call made with ``Call(raises=True)`` raised: the exception's class as the harness
+    names it (``"ValueError"``, ``"submission.MyError"``), the names of every class it is an
+    instance of, read by the harness through ``type``'s own descriptors, and its message."""
+
+    type: str
+    bases: tuple[str, ...]
+    message: str = ""
+
+    def is_a(self, name: str) -> bool:
+        """An instance of Python's own class ``name`` (a look-alike of the same name defined by
+        the submission is ``submission.name``, not ``name``)."""
+        return name in self.bases
 
 
 @dataclass

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import feedback, registry
-from .checks import CallResult, Fail, describe
+from .checks import CallResult, Fail, Raised, describe
 from .harness import decode
 from .job import Case, Job, _spec, _timeout, job_files, run_files, test_cases
 from .machine_parts import other_parts
@@ -703,6 +703,12 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
         if not isinstance(entry, dict):
             return Verdict(False, prefix(k) + "the result could not be read")
         fn = test.calls[k].fn
+        error = entry.get("error")
+        if not entry.get("ok") and test.calls[k].raises and isinstance(error, dict) \
+                and isinstance(error.get("bases"), list):
+            results.append(CallResult(Raised(str(error.get("type", "")), tuple(str(b) for b in error["bases"]),
+                                             str(error.get("message", ""))[:200])))
+            continue
         if not entry.get("ok"):
             return Verdict(False, prefix(k) + f"{fn} {feedback.raised(entry.get('error'), extracted, memory_bytes, quiet)}",
                            raised=True)

@@ -12,10 +12,12 @@ where
 
 - ``IN_DIR/submission.py``: the source the grader extracted from the submission;
 - ``IN_DIR/spec.json``: the limits, and the cases: ``{"id", "timeout", "calls": [{"fn", "args",
-  "capture_args", ["methods"]}]}``; an argument may be ``{"$ref": [i, *path]}``, a part of what
+  "capture_args", ["methods"], ["raises"]}]}``; an argument may be ``{"$ref": [i, *path]}``, a part of what
   call ``i`` of the same case returned (decoding token by token feeds each step the cache the
   previous one made); ``methods`` ``[{"name", "args"}]`` are run on the object the call returned
-  (a class the learner wrote), where ``$ref`` names an earlier step (``_run_methods``);
+  (a class the learner wrote), where ``$ref`` names an earlier step (``_run_methods``); with
+  ``"raises": true`` an exception the call raises is recorded with its classes (as a method
+  step's is) and the case goes on to its next call;
 - ``IN_DIR/inputs.npz``: the arrays the cases refer to (``{"$nd": key}``).
 
 An argument may also be ``{"$module": {"name", "package", "code": {"$nd": key}}}``: a module the
@@ -509,6 +511,10 @@ def _run_case(case: dict, module, arrays, filename: str, built: dict | None = No
             except _Timeout:
                 raise
             except BaseException as err:  # noqa: BLE001 - SystemExit and friends are wrong answers
+                if call.get("raises") is True:        # the exception is this call's answer
+                    results_values.append(None)
+                    results.append({"ok": False, "error": {**_error(err, filename), "bases": _mro_names(err)}})
+                    continue
                 results.append({"ok": False, "error": _error(err, filename)})
                 break
             elapsed = time.perf_counter() - start

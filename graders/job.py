@@ -258,6 +258,8 @@ def _encode_test(test: Test, limits: Limits) -> Case:
 
     def encode_call(c):
         call = {"fn": c.fn, "args": [encode_arg(a) for a in c.args], "capture_args": c.capture_args}
+        if c.raises:
+            call["raises"] = True
         if c.methods:
             call["methods"] = [{"name": name, "args": None if args is None else [encode_arg(a) for a in args]}
                                for name, args in c.methods]

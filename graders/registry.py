@@ -103,12 +103,18 @@ class Call:
     steps run in order on it, ``args`` a tuple (a method call; ``Step`` refers to an earlier
     step's result) or None (an attribute read, a property).  The call then returns, for each
     step, ``{"ok": True, "value": ...}`` or ``{"ok": False, "error": {"type", "message",
-    "bases", ...}}``: an exception a step raises is part of the answer, not the end of it."""
+    "bases", ...}}``: an exception a step raises is part of the answer, not the end of it.
+
+    ``raises`` makes an exception the call itself raises its answer too (a function that must
+    refuse bad input): the check then receives a ``checks.Raised`` (the classes of the exception,
+    named by the harness, never by the learner's code) in place of a value, and the test goes on
+    to its next call."""
 
     fn: str
     args: tuple
     capture_args: bool = False
     methods: tuple = ()
+    raises: bool = False
 
 
 @dataclass

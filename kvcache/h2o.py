@@ -34,9 +34,29 @@ from . import validate
 from .evicting import QUERY_BLOCK, EvictingKVCache, EvictingLayerCache, attend_visible
 from .gqa import softmax_inplace
 
-__all__ = ["HeavyHitterLayerCache", "h2o_cache", "attend_all", "SCORES"]
+__all__ = ["HeavyHitterLayerCache", "h2o_cache", "attend_all", "keep_positions", "SCORES"]
 
 SCORES = ("sum", "last")
+
+
+def keep_positions(acc_scores, budget: int, n_sink: int, n_recent: int) -> np.ndarray:
+    """The positions a cache of ``budget`` keeps of the t it has seen, in one go: every one when
+    t <= budget, else the first n_sink, the last n_recent and the budget - n_sink - n_recent of
+    largest score between them, a tie to the earlier position -> sorted int64 (min(t, budget),).
+
+    The cache evicts one position per new token (``HeavyHitterLayerCache.victims``); after each,
+    a head holds what this rule keeps of the positions it held, with the newest among the recent
+    ones.  ValueError when n_sink + n_recent > budget or a count is negative."""
+    if min(budget, n_sink, n_recent) < 0 or n_sink + n_recent > budget:
+        raise ValueError(f"keep_positions needs 0 <= n_sink + n_recent <= budget, got n_sink={n_sink}, "
+                         f"n_recent={n_recent}, budget={budget}")
+    scores = np.asarray(acc_scores, dtype=np.float64)
+    t = len(scores)
+    if t <= budget:
+        return np.arange(t, dtype=np.int64)
+    between = np.arange(n_sink, t - n_recent)
+    heaviest = between[np.argsort(-scores[between], kind="stable")[: budget - n_sink - n_recent]]
+    return np.sort(np.concatenate([np.arange(n_sink), heaviest, np.arange(t - n_recent, t)])).astype(np.int64)
 
 
 def attend_all(q: np.ndarray, K: np.ndarray, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,7 +4,8 @@ Each case is a short script of calls on a new allocator, stored with what each c
 ``data/BlockAllocator.json``: return a block that is not one of the blocks still live, return
 the same block it was given, return a given count, or raise ``OutOfBlocks`` or ``ValueError``.
 A call that needs a block names the earlier call that returned it, so the checks hold whichever
-free block your allocator picks.  The hidden tests check more.
+free block your allocator picks.  The statement stresses the errors these check: a double free,
+and a fork of a free block, each a ``ValueError`` that changes nothing.  The hidden tests check more.
 """
 from ._data import load
 
@@ -103,10 +104,15 @@ def check_freed_block_comes_back(cls):
     _run(cls, "a freed block comes back")
 
 
+def check_fork_of_free_block(cls):
+    _run(cls, "a fork of a free block")
+
+
 CHECKS = [
     ("a new allocator: every block free", check_new),
     ("distinct blocks, then OutOfBlocks when none is free", check_exhaustion),
     ("fork adds a reference; free removes one", check_fork_and_free),
     ("a double free raises ValueError", check_double_free),
     ("a freed block comes back", check_freed_block_comes_back),
+    ("a fork of a free block raises ValueError and changes nothing", check_fork_of_free_block),
 ]

@@ -2,7 +2,9 @@
 
 A few small cases; the expected outputs (and what three common mistakes return: the lengths
 ignored, query head h reading key/value head h % G, scores not divided by sqrt(d)) are stored in
-``data/batched_decode_step.json``.  The hidden tests check more.
+``data/batched_decode_step.json``.  The statement stresses what three of them check: what lies
+beyond a length changes nothing, NaN included; scores of about 10^4 must not give nan; the inputs
+are not modified.  The hidden tests check more.
 """
 import numpy as np
 
@@ -45,6 +47,11 @@ def check_shape(fn):
         f"q of shape (B, H, d) = (2, 4, 3) and K, V of shape (B, G, L_max, d) = (2, 2, 5, 3) should give "
         f"an output of shape (B, H, d) = (2, 4, 3); got {got.shape}")
     assert got.dtype == np.float64, f"float64 inputs should give a float64 output, got {got.dtype}"
+    case = DATA["by_hand"]
+    q, K, V, lengths = _inputs(case)
+    got = _call(fn, q.astype(np.float32), K.astype(np.float32), V.astype(np.float32), lengths)
+    assert got.dtype == np.float32, f"float32 inputs should give a float32 output (q's dtype), got {got.dtype}"
+    _expect(got, case, "the by-hand case in float32", tol=1e-5)
 
 
 def check_by_hand(fn):
@@ -95,10 +102,21 @@ def check_inputs_unchanged(fn):
         assert np.array_equal(a, b), f"{name} changed"
 
 
+def check_large_scores(fn):
+    case = DATA["large_scores"]
+    with np.errstate(all="ignore"):
+        got = _call(fn, *_inputs(case))
+    if np.asarray(got).shape == np.shape(case["expected"]) and not np.all(np.isfinite(got)):
+        raise AssertionError("with scores of about 10^4 the output holds NaN or infinity: exp(10^4) overflows. "
+                             "Subtract each (sequence, head)'s largest score over its valid positions before exp.")
+    _expect(got, case, "the by-hand case with queries and keys 100 times longer (scores of about 10^4)")
+
+
 CHECKS = [
-    ("the output's shape and dtype", check_shape),
+    ("the output's shape, and q's dtype (float64 and float32)", check_shape),
     ("two sequences worked out by hand (one of length 1)", check_by_hand),
     ("grouped heads and different lengths", check_grouped),
     ("NaN beyond the lengths changes nothing", check_nan_beyond_lengths),
     ("the inputs are not modified", check_inputs_unchanged),
+    ("scores of about 10^4 give no NaN", check_large_scores),
 ]

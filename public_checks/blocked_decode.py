@@ -3,7 +3,9 @@
 A few small cases.  Each stores the query, the sequence's rows of the buffers and what the rows
 past ``seq_len`` hold ("nan", "zero", or stored rows of large numbers); the expected output and
 block count (and what two common mistakes return) are stored in ``data/blocked_decode.json``.
-The hidden tests check more.
+The statement stresses what they check: rows past ``seq_len`` never change ``out``, whatever they
+hold; scores of about 10^4 do not overflow; and (the last) ``q``, ``K_buf`` and ``V_buf`` are not
+modified.  The hidden tests check more.
 """
 import numpy as np
 
@@ -105,10 +107,28 @@ def check_large_numbers(fn):
     _expect_count(visited, case["visited"], "large scores, and large numbers in the rows past seq_len")
 
 
+def check_inputs_unchanged(fn):
+    case = DATA["nan_tail"]
+    q, K_buf, V_buf = _buffers(case)
+    before = [a.copy() for a in (q, K_buf, V_buf)]
+    for a in (q, K_buf, V_buf):
+        a.flags.writeable = False
+    try:
+        fn(q, K_buf, V_buf, case["seq_len"], case["block"])
+    except ValueError as err:
+        if "read-only" in str(err):
+            raise AssertionError("your function wrote into q, K_buf or V_buf (read-only here): to keep the rows past "
+                                 "seq_len out, mask a copy (or the block you read), never the buffers") from None
+        raise
+    for name, now, then in zip(("q", "K_buf", "V_buf"), (q, K_buf, V_buf), before):
+        assert np.array_equal(now, then, equal_nan=True), f"{name} changed"
+
+
 CHECKS = [
     ("the first decode step after a 32-token prompt (seq_len 33, a 4096-row buffer)", check_note_decode_step),
     ("seq_len 1: the first value row, one block", check_one_row),
     ("NaN in the unused rows does not reach the output", check_nan_tail),
     ("visited: the blocks up to seq_len, for six lengths and blocks", check_counts),
     ("large scores and large numbers in the unused rows", check_large_numbers),
+    ("q, K_buf and V_buf are not modified", check_inputs_unchanged),
 ]

@@ -1,7 +1,8 @@
 """Public checks for the exercise ``causal_attention(Q, K, V)`` (chapter 1).
 
 A few small cases; the expected values (and what two common mistakes return) are stored in
-``data/causal_attention.json``.  The hidden tests check more.
+``data/causal_attention.json``.  The statement stresses what two of them check: scores of about
+10^4 must not give nan, and Q, K and V are not modified.  The hidden tests check more.
 """
 import numpy as np
 
@@ -69,10 +70,44 @@ def check_random_against_loop(fn):
     _expect_close(_call(fn, case), case, "6 random tokens of width 4")
 
 
+def check_large_scores(fn):
+    case = DATA["large_scores"]
+    with np.errstate(all="ignore"):
+        got = _call(fn, case)
+    if got.shape == np.shape(case["expected"]) and not np.all(np.isfinite(got)):
+        raise AssertionError("with scores of about 10^4 the output holds nan or inf: exp(10^4) overflows. "
+                             "Subtract each row's largest score before exp (the weights do not change).")
+    _expect_close(got, case, "scores of about 10^4")
+
+
+def check_inputs_unchanged(fn):
+    case = DATA["three_tokens"]
+    Q, K, V = array(case["Q"]), array(case["K"]), array(case["V"])
+    _read_only_call(fn, (Q, K, V), "Q, K or V")
+    assert np.array_equal(Q, case["Q"]) and np.array_equal(K, case["K"]) and np.array_equal(V, case["V"]), (
+        "Q, K or V changed")
+
+
+def _read_only_call(fn, args, what: str):
+    """``fn(*args)`` with every array of ``args`` read-only: writing into one is named, not a crash."""
+    for a in args:
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
+    try:
+        return fn(*args)
+    except ValueError as err:
+        if "read-only" in str(err):
+            raise AssertionError(f"your function wrote into {what} (read-only here): leave the inputs as they "
+                                 "are and compute new arrays") from None
+        raise
+
+
 CHECKS = [
     ("output shape: one row per token, as wide as V", check_shape),
     ("the first token attends only to itself", check_first_row),
     ("three tokens worked out by hand", check_three_tokens_by_hand),
     ("a later token does not change earlier rows", check_future_does_not_leak),
     ("random tokens: agrees with a row-by-row loop", check_random_against_loop),
+    ("scores of about 10^4 give no nan", check_large_scores),
+    ("Q, K and V are not modified", check_inputs_unchanged),
 ]

@@ -2,7 +2,8 @@
 
 A few small cases; the expected outputs, the latents, and what an answer that forgets to divide
 the scores by sqrt(d) (or divides by sqrt(r)) returns are stored in
-``data/latent_attend_step.json``.  The hidden tests check more.
+``data/latent_attend_step.json``.  The statement stresses what two of them check: the input cache
+is not modified, and scores of about 10^4 must not give nan.  The hidden tests check more.
 """
 import numpy as np
 
@@ -97,10 +98,21 @@ def check_one_head(fn):
     _rows_match(case, outs, "one head (H = 1, d = 3, r = 2)")
 
 
+def check_large_scores(fn):
+    case = DATA["large_scores"]
+    with np.errstate(all="ignore"):
+        outs, _ = _run(fn, case)
+    if not all(np.all(np.isfinite(o)) for o in outs):
+        raise AssertionError("with scores of about 10^4 the output holds nan or inf: exp(10^4) overflows. "
+                             "Subtract each head's largest score before exp (the weights do not change).")
+    _rows_match(case, outs, "the worked example with Wq and Wuk 100 times larger (scores of about 10^4)")
+
+
 CHECKS = [
     ("first step from an empty cache: shapes, and only latents kept", check_first_step_shapes),
     ("the worked example, three tokens one by one", check_worked_example),
     ("the input cache is not modified", check_input_cache_unchanged),
     ("random tokens: equal to full causal multi-head attention, row by row", check_random_against_full_attention),
     ("one head", check_one_head),
+    ("scores of about 10^4 give no nan", check_large_scores),
 ]

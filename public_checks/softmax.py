@@ -1,7 +1,9 @@
 """Public checks for the exercise ``softmax(scores)`` (chapter 1).
 
-A few small cases; the expected values are stored in ``data/softmax.json``.  The hidden tests
-check more (other shapes, many random cases).
+A few small cases; the expected values are stored in ``data/softmax.json``.  The statement
+stresses what these check too: stable for huge and very negative scores, float64 weights (integer
+scores too), and the array given left as it was.  The hidden tests check more (other shapes, many
+random cases).
 """
 import numpy as np
 
@@ -73,10 +75,29 @@ def check_very_negative_scores(fn):
                    "np.exp(-1e4) underflows to 0, and 0/0 is nan")
 
 
+def check_integers_and_input_kept(fn):
+    case = next(c for c in DATA["hand_values"] if c["scores"] == [1.0, 2.0, 3.0])
+    scores = np.array([1, 2, 3])
+    scores.flags.writeable = False
+    try:
+        got = fn(scores)
+    except ValueError as err:
+        if "read-only" in str(err):
+            raise AssertionError("your softmax wrote into the array it was given (read-only here): an in-place "
+                                 "scores -= scores.max() changes the caller's scores; compute a new array, "
+                                 "scores - scores.max()") from None
+        raise
+    got = np.asarray(got)
+    assert got.dtype == np.float64, f"the integer scores [1, 2, 3] should give float64 weights, got dtype {got.dtype}"
+    _expect_close(got, case["expected"], "softmax of the integers [1, 2, 3]")
+    assert scores.tolist() == [1, 2, 3], f"the scores given changed: {scores.tolist()}"
+
+
 CHECKS = [
     ("three scores give positive weights that sum to 1", check_sums_to_one),
     ("matches values worked out by hand", check_hand_values),
     ("a 2-D table: the softmax of each row", check_rows_of_a_table),
     ("stable for huge scores [1e4, 1e4 - 1]", check_huge_scores),
     ("stable for very negative scores [-1e4, -1e4 - 1]", check_very_negative_scores),
+    ("integer scores give float64 weights, and the array given is left as it was", check_integers_and_input_kept),
 ]

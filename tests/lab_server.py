@@ -48,9 +48,10 @@ def _wait_until_up(proc, base: str, log: Path, timeout_s: float) -> None:
 
 @contextmanager
 def jupyterlab(python, root: Path, tmp_path: Path, env: dict[str, str], timeout_s: float,
-               settings: dict[str, dict] = QUIET):
+               settings: dict[str, dict] = QUIET, args=()):
     """(base URL, log path) of JupyterLab run by ``python`` on the folder ``root``, with the
-    environment ``env`` (its own folders under ``tmp_path`` added) and the user ``settings``;
+    environment ``env`` (its own folders under ``tmp_path`` added), the user ``settings`` and the
+    further command-line ``args``;
     the test fails, with the end of the log, when it exits or does not answer in ``timeout_s``.
     Stopped afterwards."""
     _write_settings(tmp_path / "settings", settings)
@@ -60,12 +61,13 @@ def jupyterlab(python, root: Path, tmp_path: Path, env: dict[str, str], timeout_
     port = free_port()
     command = [str(python), "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
                "--ServerApp.port_retries=0", "--ServerApp.token=", "--ServerApp.password=",
-               f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True"]
+               f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True", *args]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         command.append("--allow-root")
     log = tmp_path / "jupyterlab.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(command, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(command, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}/"
     try:
         _wait_until_up(proc, base, log, timeout_s)

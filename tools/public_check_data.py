@@ -197,6 +197,11 @@ def causal_attention_data() -> dict:
         "three_tokens": _attention_case(X, X, [[1.0, 0.0], [0.0, 2.0], [1.0, 2.0]]),
         "future": leak,
         "random": _attention_case(random["Q"], random["K"], random["V"]),
+        # scores of about 10^4 (queries and keys of length about 100): exp overflows unless the
+        # largest score is subtracted first
+        "large_scores": _attention_case([[100.0, 0.0], [90.0, 10.0], [100.0, 20.0]],
+                                        [[100.0, 0.0], [90.0, 10.0], [100.0, 20.0]],
+                                        [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
     }
 
 
@@ -597,6 +602,9 @@ def block_allocator_data() -> dict:
         _allocator_case("a double free", 2, [a, ("free", 0), ("free", 0), ("num_free",)]),
         _allocator_case("a freed block comes back", 2,
                         [a, a, ("free", 0), a, a, ("free", 1), ("free", 3), ("num_free",)]),
+        _allocator_case("a fork of a free block", 2,
+                        [a, ("free", 0), ("fork", 0), ("num_free",), ("fork", None, 1), ("num_free",), a, a,
+                         ("num_free",)]),
     ]}
 
 
@@ -623,7 +631,11 @@ def batched_decode_step_data() -> dict:
     rng = np.random.default_rng(52)
     grouped = _batched_case(_normal(rng, (3, 6, 4)), _normal(rng, (3, 2, 7, 4)), _normal(rng, (3, 2, 7, 4)),
                             [2, 7, 4])
-    return {"shapes": shapes, "by_hand": by_hand, "grouped": grouped}
+    # scores of about 10^4: the by-hand case with queries and keys 100 times longer
+    large = _batched_case(q=[[[100.0 * x for x in head] for head in seq] for seq in by_hand["q"]],
+                          K=[[[[100.0 * x for x in row] for row in g] for g in seq] for seq in by_hand["K"]],
+                          V=by_hand["V"], lengths=[1, 3])
+    return {"shapes": shapes, "by_hand": by_hand, "grouped": grouped, "large_scores": large}
 
 
 def _integer_cache(rng, n_layers, B, G, T, d) -> list:
@@ -693,7 +705,10 @@ def latent_attend_step_data() -> dict:
     random = _latent_case(_normal(rng, (6, 5)), _latent_weights(rng, 5, 3, 2, 4), 3)
     rng = np.random.default_rng(14)
     one_head = _latent_case(_normal(rng, (4, 3)), _latent_weights(rng, 3, 1, 3, 2), 1)
-    return {"first_step_shapes": shapes, "worked_example": example, "random": random, "one_head": one_head}
+    # scores of about 10^4: the worked example with Wq and Wuk 100 times larger
+    large = _latent_case(example["X"], dict(example["p"], Wq=[[100.0, 0.0], [0.0, 100.0]], Wuk=[[100.0, -100.0]]), 2)
+    return {"first_step_shapes": shapes, "worked_example": example, "random": random, "one_head": one_head,
+            "large_scores": large}
 
 
 def ref_speculative_accept(draft, q, p, u, *, residual="clamped", which_u="k", bonus=True) -> list[int]:
@@ -808,6 +823,55 @@ def quantize_kv_data() -> dict:
     }
 
 
+def ref_keep_positions(scores, budget, n_sink, n_recent, *, later_ties=False, smallest=False,
+                       recent_compete=False) -> list[int]:
+    """The positions kept, by a selection loop over exact fractions of the stored floats: every
+    position when t <= budget; else the sinks, the recent ones, and, budget - n_sink - n_recent
+    times, the not yet chosen middle position of largest score (the first found among equal
+    ones).  The keyword arguments are the mistakes the checks name."""
+    t = len(scores)
+    if t <= budget:
+        return list(range(t))
+    heavy: set[int] = set()
+    pool = list(range(n_sink, t if recent_compete else t - n_recent))
+    if later_ties:
+        pool.reverse()
+    for _ in range(budget - n_sink - n_recent):
+        best = None
+        for j in pool:
+            if j in heavy:
+                continue
+            if best is None or (Fraction(scores[j]) < Fraction(scores[best]) if smallest
+                                else Fraction(scores[j]) > Fraction(scores[best])):
+                best = j
+        if best is None:
+            break
+        heavy.add(best)
+    return sorted(set(range(n_sink)) | heavy | set(range(t - n_recent, t)))
+
+
+def _keep_case(scores, budget, n_sink, n_recent) -> dict:
+    scores = [float(s) for s in scores]
+    return {"acc_scores": scores, "budget": budget, "n_sink": n_sink, "n_recent": n_recent,
+            "expected": ref_keep_positions(scores, budget, n_sink, n_recent),
+            "mistakes": {"later_ties": ref_keep_positions(scores, budget, n_sink, n_recent, later_ties=True),
+                         "smallest": ref_keep_positions(scores, budget, n_sink, n_recent, smallest=True),
+                         "recent_compete": ref_keep_positions(scores, budget, n_sink, n_recent,
+                                                              recent_compete=True)}}
+
+
+def keep_positions_data() -> dict:
+    rng = np.random.default_rng(14)
+    random = [round(float(v), 3) for v in rng.gamma(0.5, size=24)]
+    return {
+        "worked_example": _keep_case([5.0, 0.5, 3.0, 0.2, 4.0, 1.0, 6.0, 2.0], 5, 1, 2),
+        "short": _keep_case([0.25, 3.0, 1.0, 0.5], 6, 2, 3),
+        "ties": _keep_case([1.0, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 3.0], 4, 1, 1),
+        "streaming": _keep_case([float(v) for v in range(12, 0, -1)], 6, 2, 4),
+        "random": _keep_case(random, 10, 2, 3),
+    }
+
+
 BUILDERS = {
     "softmax": softmax_data, "causal_attention": causal_attention_data, "attend_step": attend_step_data,
     "kv_cache_bytes": kv_cache_bytes_data, "max_batch": max_batch_data,
@@ -818,6 +882,7 @@ BUILDERS = {
     "attention_tail": attention_tail_data, "mutants": mutants_data,
     "latent_attend_step": latent_attend_step_data, "speculative_accept": speculative_accept_data,
     "quantize_kv": quantize_kv_data,
+    "keep_positions": keep_positions_data,
 }
 
 

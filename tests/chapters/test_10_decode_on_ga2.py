@@ -383,3 +383,58 @@ def test_attention_tail_public_checks_say_when_the_machine_has_no_requantizer(mo
     assert len(outcomes) == 4 and all("no requantizer yet" in o.message for o in outcomes)
     starter = _function_from(ROOT / "exercises" / "attention_tail.ipynb", "attention_tail")
     assert {o.status for o in evaluate("attention_tail", starter)} == {"not implemented"}
+
+
+# ---------------------------------------------------------------- an expert's reading
+
+
+def test_ch10_the_loads_that_grow_are_the_cache_s(ch10):
+    """At L = 32 the cached step's four loads are the token's row (16 words), the three weight
+    matrices (768), and 31 rows of K and of V (496 each); an LD costs len + 9 waits and 2 issue
+    cycles (ga2/SPEC.md).  Only the two cache loads grow with L; the summary's "reloading the
+    cache" is their share, not every load's."""
+    nb, g = ch10
+    cache = 2 * (31 * 16 + 9 + 2)
+    other = (16 + 11) + (3 * 256 + 11)
+    assert (g["ch10_n_cache_ld"], g["ch10_cache_ld_cycles"], g["ch10_other_ld_cycles"]) == \
+        ("2", f"{cache:,}", f"{other:,}") == ("2", "1,014", "806")
+    assert cache + other == 1820                                   # the published LD cycles
+    step = 1820 / 0.347                                            # the step's cycles, from the LD share
+    assert abs(float(g["ch10_cache_ld_share"].rstrip("%")) - 100 * cache / step) < 0.1
+    md = " ".join("\n".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+    assert "loads ({glue:text}`ch10_ld_cycles` cycles) grow with $L$" not in md
+    assert "reloading the cache {glue:text}`ch10_cache_ld_share`" in md
+
+
+def test_ch10_both_generations_bend_up_and_the_cache_divides_the_growth(ch10):
+    """Each step is a fixed part plus a part linear in the context, so both sums are quadratic in n;
+    from the published per-step costs: 2,500 and 2,460 cycles at t = 1, 124,346 and 295,184 over
+    32 tokens, growth 89 and 436 cycles a token on average."""
+    nb, g = ch10
+    assert g["ch10_gen_growing_c"] == f"{1 - 32 * 2500 / 124346:.0%}" == "36%"
+    assert g["ch10_gen_growing_r"] == f"{1 - 32 * 2460 / 295184:.0%}" == "73%"
+    assert g["ch10_gen_growth_ratio"] == f"{(15989 - 2460) / (5251 - 2500):.1f}" == "4.9"
+    md = " ".join("\n".join(c.source for c in nb.cells if c.cell_type == "markdown").split())
+    assert "the cached one stays close to a straight line" not in md
+    assert "both curves bend up like $n^2$" in md
+
+
+def test_ch10_the_small_model_is_compared_per_token_and_per_sequence(ch10):
+    """12 layers x 12 heads x 64 wide, int8: 2 x 12 x 12 x 64 = 18,432 bytes a token, 576 times
+    this head's 32; 75,497,472 bytes at 4,096 tokens, 73,728 times the plan's 1,024.  (The page said
+    "more than two million": a sequence's bytes over one token's of this head.)"""
+    nb, g = ch10
+    assert g["ch10_small_model_bpt"] == f"{2 * 12 * 12 * 64:,}" == "18,432"
+    assert g["ch10_small_model_per_head"] == f"{18432 // 32:,}" == "576"
+    assert g["ch10_small_model_per_plan"] == f"{75497472 // 1024:,}" == "73,728"
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "more than two million" not in md
+
+
+def test_ch10_the_error_by_length_is_said_as_measured(ch10):
+    nb, g = ch10
+    assert g["ch10_len_growth"] == f"{float(g['ch10_len_32']) / float(g['ch10_len_1']):.1f}" or \
+        abs(float(g["ch10_len_growth"]) - float(g["ch10_len_32"]) / float(g["ch10_len_1"])) < 0.06
+    assert float(g["ch10_len_growth"]) > 2                 # not "a little": 0.96% to 4.80% here
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "grows a little" not in md

@@ -144,7 +144,9 @@ def test_source_html_is_highlighted_and_wraps_under_its_indentation():
     assert [int(pad) for pad, _, _ in lines] == [4, 8, 8, 12, 16]       # indentation + 4
     assert all(pad == indent for pad, indent, _ in lines)
     assert '<span class="k">for</span>' in page and '<span class="k">break</span>' in page
-    assert "white-space: pre-wrap" in page and f"_walk, lines {_walk.__code__.co_firstlineno}-" in page
+    # the part's lines are counted from the function's first, as start and end count them, not the file's
+    assert "white-space: pre-wrap" in page and "test_chapter_helpers._walk, lines 1-6 of its 8</div>" in page
+    assert ">test_chapter_helpers._walk</div>" in source(_walk)._repr_html_()          # the whole function
     text = re.sub(r"<[^>]+>", "", "\n".join(line for _, _, line in lines))
     assert html.unescape(text) == str(source(_walk, "for step", "break"))
 

@@ -134,3 +134,16 @@ def test_every_notebook_runs_as_handed_out_then_on_the_learners_answers(learner_
                      r"saved [^,]+, passes its \d+ public checks\) and softmax \(exercises/softmax.ipynb: saved "
                      r"[^,]+, passes its \d+ public checks\)\.", chapter1), chapter1
     assert "This cell needs" not in chapter1
+
+
+def test_the_copys_set_up_leaves_no_build_droppings_at_its_top(learner_copy):
+    """``pip install -e .`` of the README's set-up writes the package's metadata (``*.egg-info``)
+    into the hidden ``.setuptools/`` the copy's pyproject names, not beside the README; nor a
+    ``build/`` or ``dist/``.  The JupyterLab settings the set-up copies are in the venv."""
+    copy, _ = learner_copy
+    top = sorted(p.name for p in copy.iterdir())
+    assert not [n for n in top if n.endswith(".egg-info") or n in ("build", "dist")], top
+    assert list((copy / ".setuptools").glob("*.egg-info")), "pip wrote the metadata elsewhere"
+    settings = copy / ".venv" / "share" / "jupyter" / "lab" / "settings"
+    assert json.loads((settings / "overrides.json").read_text()) == json.loads(
+        (ROOT / "tools" / "jupyterlab_settings" / "overrides.json").read_text())

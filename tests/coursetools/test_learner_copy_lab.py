@@ -13,6 +13,7 @@ chapter:
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -32,12 +33,27 @@ CHAPTERS = ("01_attention_by_hand", "02_decode_step", "05_batches", "09_ga2_mach
 CHROMIUM = os.environ.get("KVCOURSE_CHROMIUM", "/usr/bin/chromium")
 TIMEOUT_MS = 240_000
 
-ALL_RAN_JS = r"""
+# Run All as the learner's menu runs it, its promise kept: it settles when the run ends, with true when
+# every cell ran, false when one failed (or the kernel died), so a failure is reported at once with
+# its output rather than waited out.
+RUN_ALL_JS = r"""
+() => {
+  window.kvcourseRunAll = null;
+  jupyterapp.commands.execute('notebook:run-all-cells').then(
+    ok => { window.kvcourseRunAll = {ok: ok}; },
+    err => { window.kvcourseRunAll = {ok: false, error: String(err)}; });
+}
+"""
+RUN_STATE_JS = r"""
 () => {
   const panel = jupyterapp.shell.currentWidget;
   const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
   const cells = panel.content.widgets.filter(c => c.model.type === 'code');
-  return kernel && kernel.status === 'idle' && cells.length > 0 && cells.every(c => c.model.executionCount !== null);
+  return {notebook: panel.title.label, ran: window.kvcourseRunAll, kernel: kernel ? kernel.status : 'none',
+          cells: cells.length,
+          no_count: cells.map((c, i) => [i, c.promptNode ? c.promptNode.textContent : '', c.model.sharedModel.source.slice(0, 60)])
+                        .filter((_, i) => cells[i].model.executionCount === null),
+          dialogs: Array.from(document.querySelectorAll('.jp-Dialog')).map(d => d.innerText)};
 }
 """
 OUTPUTS_JS = r"""
@@ -67,13 +83,23 @@ def page(tmp_path, playwright_driver):
     browser = playwright_driver.chromium.launch(executable_path=CHROMIUM, headless=True,
                                                 args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
     try:
-        yield browser.new_page(viewport={"width": 1280, "height": 900})
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.on("dialog", lambda dialog: dialog.accept())      # leaving a notebook with unsaved outputs
+        yield tab
     finally:
         browser.close()
 
 
+_WORKSPACES = itertools.count()
+
+
 def _open(page, base: str, name: str) -> None:
-    page.goto(base + f"lab/tree/book/chapters/{name}.ipynb", wait_until="load", timeout=TIMEOUT_MS)
+    """The chapter alone in a workspace of its own, its kernel started.  A fresh workspace each time:
+    the default one would reopen the chapters opened before, whose kernels, started beside this one,
+    leave its session for a moment with none (and Run All then asks which kernel to use)."""
+    workspace = f"chapter-{next(_WORKSPACES)}"
+    page.goto(base + f"lab/workspaces/{workspace}/tree/book/chapters/{name}.ipynb?reset", wait_until="load",
+              timeout=TIMEOUT_MS)
     page.wait_for_function(KERNEL_JS, timeout=TIMEOUT_MS)
     page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.ready")
     page.wait_for_function("() => document.querySelectorAll('.jp-MarkdownCell').length > 3 && "
@@ -82,9 +108,21 @@ def _open(page, base: str, name: str) -> None:
 
 
 def _run_all(page) -> list[dict]:
-    page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function(ALL_RAN_JS, timeout=TIMEOUT_MS, polling=500)
-    return page.evaluate(OUTPUTS_JS)
+    """Run All, waited for until it settles; the cells' outputs.  A run that does not settle fails
+    with the kernel's state, any dialog open and the cells with no execution count."""
+    page.wait_for_function(KERNEL_JS, timeout=TIMEOUT_MS)
+    page.evaluate(RUN_ALL_JS)
+    try:
+        page.wait_for_function("() => window.kvcourseRunAll !== null", timeout=TIMEOUT_MS, polling=500)
+    except Exception as error:                           # playwright's TimeoutError
+        page.screenshot(path=str(ROOT / "_build" / "screenshots" / "copy_lab__run_all_unsettled.png"))
+        raise AssertionError(f"Run All did not settle: {page.evaluate(RUN_STATE_JS)}") from error
+    state = page.evaluate(RUN_STATE_JS)
+    outputs = page.evaluate(OUTPUTS_JS)
+    if not state["ran"]["ok"]:
+        errors = [(o["ename"], o["evalue"]) for o in outputs if o["output_type"] == "error"]
+        raise AssertionError(f"Run All stopped: {state}; errors: {errors}; said: {_said(outputs)[-2000:]}")
+    return outputs
 
 
 def _text(page, visible: bool = True) -> str:
@@ -140,6 +178,64 @@ def test_the_chapters_read_and_run_in_the_copys_jupyterlab(copy_lab, page, scree
         said = _said(outputs)
         assert "This cell needs" not in said and "passes its" in said, f"{name}:\n{said[:2000]}"
         page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+
+
+def test_the_copys_readme_opens_rendered(copy_lab, page, screenshots_dir):
+    """The README, opened in the copy's JupyterLab, shows as a page (the settings the README's
+    set-up copies into the venv make a Markdown file open in its preview), not as its source."""
+    copy, base = copy_lab
+    page.goto(base + "lab/tree/README.md", wait_until="load", timeout=TIMEOUT_MS)
+    page.wait_for_function("() => window.jupyterapp && jupyterapp.shell.currentWidget && "
+                           "jupyterapp.shell.currentWidget.title.label === 'README.md' && "
+                           "jupyterapp.shell.currentWidget.node.querySelector('h2')",
+                           timeout=TIMEOUT_MS)
+    widget = "jupyterapp.shell.currentWidget.node"
+    assert page.evaluate(f"() => {widget}.querySelector('.jp-FileEditor, .cm-editor')") is None, (
+        "the README opened as source")
+    title = page.evaluate(f"() => {widget}.querySelector('h1').textContent").replace("\u2019", "'")
+    assert title.startswith("The KV cache course: the learner's copy"), title
+    text = page.evaluate(f"() => {widget}.innerText")
+    assert "How to hand in" in text and "## " not in text and "```" not in text
+    page.screenshot(path=str(screenshots_dir / "copy_lab__README.png"), full_page=False)
+
+
+def test_a_saved_answer_that_fails_its_public_checks_is_named_before_the_chapter_uses_it(copy_lab, page,
+                                                                                         screenshots_dir):
+    """Every exercise written and saved, ``attend_step`` without its division by sqrt(d) (it fails
+    a public check): chapter 2, run in the copy's JupyterLab, says in its first paragraph that
+    attend_step fails some of its public checks and that the chapter uses it as written, in bold in
+    view, before any cell uses it; then the chapter still runs to its end."""
+    copy, base = copy_lab
+    for path in (copy / "exercises").glob("*.ipynb"):
+        _fill_answers(path, ROOT / "solutions" / path.name)
+    exercise = copy / "exercises" / "attend_step.ipynb"
+    nb = json.loads(exercise.read_text())
+    answer = next(c for c in nb["cells"] if "answer" in c["metadata"].get("tags", []))
+    source = "".join(answer["source"])
+    assert source.count(" / np.sqrt(q.shape[0])") == 1
+    answer["source"] = source.replace(" / np.sqrt(q.shape[0])", "")         # scores not scaled
+    exercise.write_text(json.dumps(nb, indent=1))
+    _open(page, base, "02_decode_step")
+    outputs = _run_all(page)
+    errors = [o for o in outputs if o["output_type"] == "error"]
+    assert not errors, [(o["ename"], o["evalue"]) for o in errors]
+    texts = [_said([o]) for o in outputs]
+    at = next((k for k, text in enumerate(texts) if text.startswith("This chapter runs on")), None)
+    assert at is not None, _said(outputs)[:1500]
+    first, said = texts[at], _said(outputs)
+    uses = [k for k, text in enumerate(texts) if "largest relative difference" in text]   # the decode vs prefill figure
+    assert uses and at < min(uses), "the chapter used attend_step before saying it fails its checks"
+    found = re.search(r"attend_step \(exercises/attend_step\.ipynb: saved [^,]+, fails (\d+) of its (\d+) public "
+                      r"checks\)", first)
+    assert found and 0 < int(found[1]) < int(found[2]), said[:1500]
+    assert "The chapter uses attend_step as written" in first
+    assert re.search(r"softmax \(exercises/softmax\.ipynb: saved [^,]+, passes its \d+ public checks\)", first)
+    bold = page.evaluate("() => Array.from(jupyterapp.shell.currentWidget.content.node"
+                         ".querySelectorAll('.jp-OutputArea strong')).map(e => e.innerText)")
+    assert any(re.fullmatch(r"fails \d+ of its \d+ public checks", b) for b in bold), bold
+    page.locator(".jp-OutputArea strong").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshots_dir / "copy_lab__02_decode_step__failing_answer.png"), full_page=False)
+    page.evaluate("() => jupyterapp.shell.currentWidget.sessionContext.shutdown()")
 
 
 @pytest.fixture(scope="session")

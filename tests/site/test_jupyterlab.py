@@ -29,6 +29,8 @@ from lessons.memory import kv_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "book" / "chapters" / "03_cache_memory.ipynb"
+#: The course's JupyterLab settings, as ``make lab`` and the learner's copy use them.
+LAB_SETTINGS = ROOT / "tools" / "jupyterlab_settings"
 START_TIMEOUT_S = 60
 TIMEOUT_MS = 90_000
 
@@ -81,7 +83,8 @@ def lab(tmp_path):
     shutil.copy(CHAPTER, root / CHAPTER.name)
     env = dict(os.environ, JUPYTER_PATH=str(Path(sys.prefix) / "share" / "jupyter"))  # this environment's kernel first
     env.pop("MPLBACKEND", None)
-    with jupyterlab(sys.executable, root, tmp_path, env, START_TIMEOUT_S) as served:
+    with jupyterlab(sys.executable, root, tmp_path, env, START_TIMEOUT_S,
+                    args=[f"--LabApp.app_settings_dir={LAB_SETTINGS}"]) as served:
         yield served
 
 

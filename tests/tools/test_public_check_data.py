@@ -60,6 +60,8 @@ def test_causal_attention_data_agrees_with_the_engine():
         assert close(attention.causal_attention(Q, K, V), case["expected"])
         assert not close(case["mistakes"]["no_scale"], case["expected"])
         assert not close(case["mistakes"]["no_mask"], case["expected"])
+    case = d["large_scores"]                     # scores of about 10^4: the engine's stable softmax agrees
+    assert close(attention.causal_attention(*(np.array(case[n]) for n in "QKV")), case["expected"])
 
 
 def test_attend_step_data_agrees_with_the_engine():
@@ -77,7 +79,7 @@ def test_attend_step_data_agrees_with_the_engine():
 def test_latent_attend_step_data_agrees_with_the_lessons():
     from lessons.latent_attention import empty_latent_cache, latent_attend_step
     d = data("latent_attend_step")
-    for key in ("worked_example", "random", "one_head"):
+    for key in ("worked_example", "random", "one_head", "large_scores"):
         case = d[key]
         p = {k: np.array(v) for k, v in case["p"].items()}
         cache, outs = empty_latent_cache(p["Wdkv"].shape[1]), []
@@ -85,7 +87,7 @@ def test_latent_attend_step_data_agrees_with_the_lessons():
             out, cache = latent_attend_step(x_t, cache, p, case["n_heads"])
             outs.append(out)
         assert close(outs, case["expected"]) and close(cache["c"], case["latents"])
-        if key != "worked_example":             # d = r = 1 there: every scaling is the same
+        if key not in ("worked_example", "large_scores"):   # d = r = 1 there: every scaling is the same
             for wrong in case["mistakes"].values():
                 assert not close(wrong, case["expected"])
 
@@ -179,3 +181,18 @@ def test_quantize_kv_data_agrees_with_the_engine():
             for mistake in ("floor", "other_axis"):
                 assert case["mistakes"][mistake] != case["expected"]["codes"], (key, mistake)
     assert d["worked_example_per_channel"]["decoded"] == d["worked_example_per_channel"]["x"]
+
+
+def test_keep_positions_data_agrees_with_the_hidden_tests_reference():
+    from graders.exercises.keep_positions import keep
+    d = data("keep_positions")
+    for key in ("worked_example", "short", "ties", "streaming", "random"):
+        case = d[key]
+        args = (case["acc_scores"], case["budget"], case["n_sink"], case["n_recent"])
+        assert keep(*args) == case["expected"], key
+        assert keep(*args, ties="later") == case["mistakes"]["later_ties"], key
+        assert keep(*args, largest=False) == case["mistakes"]["smallest"], key
+        assert keep(*args, recent_compete=True) == case["mistakes"]["recent_compete"], key
+    assert d["worked_example"]["expected"] == [0, 2, 4, 6, 7] and d["ties"]["expected"] == [0, 1, 2, 7]
+    for key, mistake in (("ties", "later_ties"), ("worked_example", "smallest"), ("worked_example", "recent_compete")):
+        assert d[key]["mistakes"][mistake] != d[key]["expected"]          # each stored mistake is told apart
