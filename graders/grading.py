@@ -680,6 +680,16 @@ def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]
 # ----------------------------------------------------------------------------------- 6. judge
 
 
+
+def _raised_answer(call, entry: dict) -> CallResult | None:
+    """The exception a ``Call(raises=True)`` raised, as its answer (``checks.Raised``, its classes
+    named by the harness), or None when the call returned or may not raise."""
+    error = entry.get("error")
+    if entry.get("ok") or not call.raises or not isinstance(error, dict) or not isinstance(error.get("bases"), list):
+        return None
+    return CallResult(Raised(str(error.get("type", "")), tuple(str(b) for b in error["bases"]),
+                             str(error.get("message", ""))[:200]))
+
 def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: float,
           memory_bytes: int = 2 << 30, quiet: bool = False) -> Verdict:
     """One test's verdict from what came back: the harness's data checked by the test's check
@@ -693,65 +703,40 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
     calls = message.get("calls")
     if not isinstance(calls, list):
         return Verdict(False, "the result of this test could not be read", Trouble.CRASHED)
-    results = []
-    for k, entry in enumerate(calls[:len(test.calls)]):
-        result = _call_result(test, k, entry, extracted, memory_bytes, quiet)
-        if isinstance(result, Verdict):
-            return result
-        results.append(result)
-    stopped = _stopped(test, message, len(results), seconds, extracted, memory_bytes, quiet)
-    return stopped if stopped is not None else _checked(test, results, quiet)
-
-
-def _prefix(test: Test, k: int) -> str:
-    """Where in a test of several calls a message is about: "call 3 of 5: " (or the test's step)."""
     n = len(test.calls)
-    return f"{test.step} {k + 1} of {n}: " if n > 1 else ""
 
+    def prefix(k):
+        return f"{test.step} {k + 1} of {n}: " if n > 1 else ""
 
-def _call_result(test: Test, k: int, entry, extracted: Extracted, memory_bytes: int,
-                 quiet: bool) -> CallResult | Verdict:
-    """Call ``k``'s result as the check takes it (the value, the arguments afterwards, or the
-    exception of a call whose answer is to raise), or the verdict that ends the test there."""
-    if not isinstance(entry, dict):
-        return Verdict(False, _prefix(test, k) + "the result could not be read")
-    fn = test.calls[k].fn
-    error = entry.get("error")
-    if not entry.get("ok") and test.calls[k].raises and isinstance(error, dict) \
-            and isinstance(error.get("bases"), list):
-        return CallResult(Raised(str(error.get("type", "")), tuple(str(b) for b in error["bases"]),
-                                 str(error.get("message", ""))[:200]))
-    if not entry.get("ok"):
-        return Verdict(False, _prefix(test, k) + f"{fn} {feedback.raised(error, extracted, memory_bytes, quiet)}",
-                       raised=True)
-    try:
-        value = decode(entry.get("value"))
-        after = decode(entry["args_after"]) if "args_after" in entry else None
-        originals = decode(entry["originals_after"]) if "originals_after" in entry else None
-    except Exception:  # noqa: BLE001 - malformed data is a wrong answer, not a grader crash
-        return Verdict(False, _prefix(test, k) + f"what {fn} returned could not be read as data")
-    return CallResult(value, list(after) if isinstance(after, (list, tuple)) else None,
-                      list(originals) if isinstance(originals, (list, tuple)) else None,
-                      _seconds(entry.get("seconds")))
-
-
-def _stopped(test: Test, message: dict, done: int, seconds: float, extracted: Extracted, memory_bytes: int,
-             quiet: bool) -> Verdict | None:
-    """The verdict of a run that stopped after ``done`` calls (a timeout, an error, no more
-    results), or None when every call came back."""
+    results = []
+    for k, entry in enumerate(calls[:n]):
+        if not isinstance(entry, dict):
+            return Verdict(False, prefix(k) + "the result could not be read")
+        fn = test.calls[k].fn
+        raised = _raised_answer(test.calls[k], entry)
+        if raised is not None:
+            results.append(raised)
+            continue
+        if not entry.get("ok"):
+            return Verdict(False, prefix(k) + f"{fn} {feedback.raised(entry.get('error'), extracted, memory_bytes, quiet)}",
+                           raised=True)
+        try:
+            value = decode(entry.get("value"))
+            after = decode(entry["args_after"]) if "args_after" in entry else None
+            originals = decode(entry["originals_after"]) if "originals_after" in entry else None
+        except Exception:  # noqa: BLE001 - malformed data is a wrong answer, not a grader crash
+            return Verdict(False, prefix(k) + f"what {fn} returned could not be read as data")
+        results.append(CallResult(value, list(after) if isinstance(after, (list, tuple)) else None,
+                                  list(originals) if isinstance(originals, (list, tuple)) else None,
+                                  _seconds(entry.get("seconds"))))
     if message.get("timeout"):
-        return Verdict(False, _prefix(test, done) + f"took longer than {seconds:g} s (the time limit of this "
-                                                    "test); is there an infinite loop?", Trouble.TIMEOUT)
+        return Verdict(False, prefix(len(results)) + f"took longer than {seconds:g} s (the time limit of this "
+                                                     "test); is there an infinite loop?", Trouble.TIMEOUT)
     if message.get("error"):
-        return Verdict(False, _prefix(test, done) + feedback.error_text(message.get("error"), extracted, memory_bytes,
-                                                                        quiet))
-    if done < len(test.calls):
-        return Verdict(False, _prefix(test, done) + "no result came back", Trouble.CRASHED)
-    return None
-
-
-def _checked(test: Test, results: list[CallResult], quiet: bool) -> Verdict:
-    """The test's check on the calls' results: right, or what it found wrong."""
+        return Verdict(False, prefix(len(results)) + feedback.error_text(message.get("error"), extracted, memory_bytes,
+                                                                 quiet))
+    if len(results) < n:
+        return Verdict(False, prefix(len(results)) + "no result came back", Trouble.CRASHED)
     try:
         value = test.check(results)
     except Fail as fail:

@@ -308,3 +308,10 @@ def test_measure_runs_a_small_plan():
 def test_the_ga2_benchmark_takes_its_workers_from_the_machine(cores, workers):
     from bench.bench_ga2 import workers_for
     assert workers_for(cores) == workers
+
+
+def test_a_copy_s_best_bandwidth_is_its_fastest_repeat():
+    """Five copies of 1 MB (2 MB moved) in 2, 1, 4, 2 and 2 ms: median 2 ms (1 GB/s), fastest
+    1 ms (2 GB/s); a floor is computed from the fastest."""
+    copy = bw.CopyMeasurement(10**6, (0.002, 0.001, 0.004, 0.002, 0.002))
+    assert copy.bandwidth == pytest.approx(1e9) and copy.best_bandwidth == pytest.approx(2e9)
