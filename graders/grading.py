@@ -680,6 +680,16 @@ def _fatal(killed: str | None, limits: Limits, runs: int) -> tuple[str, Trouble]
 # ----------------------------------------------------------------------------------- 6. judge
 
 
+
+def _raised_answer(call, entry: dict) -> CallResult | None:
+    """The exception a ``Call(raises=True)`` raised, as its answer (``checks.Raised``, its classes
+    named by the harness), or None when the call returned or may not raise."""
+    error = entry.get("error")
+    if entry.get("ok") or not call.raises or not isinstance(error, dict) or not isinstance(error.get("bases"), list):
+        return None
+    return CallResult(Raised(str(error.get("type", "")), tuple(str(b) for b in error["bases"]),
+                             str(error.get("message", ""))[:200]))
+
 def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: float,
           memory_bytes: int = 2 << 30, quiet: bool = False) -> Verdict:
     """One test's verdict from what came back: the harness's data checked by the test's check
@@ -703,11 +713,9 @@ def judge(test: Test, outcome: Outcome | None, extracted: Extracted, seconds: fl
         if not isinstance(entry, dict):
             return Verdict(False, prefix(k) + "the result could not be read")
         fn = test.calls[k].fn
-        error = entry.get("error")
-        if not entry.get("ok") and test.calls[k].raises and isinstance(error, dict) \
-                and isinstance(error.get("bases"), list):
-            results.append(CallResult(Raised(str(error.get("type", "")), tuple(str(b) for b in error["bases"]),
-                                             str(error.get("message", ""))[:200])))
+        raised = _raised_answer(test.calls[k], entry)
+        if raised is not None:
+            results.append(raised)
             continue
         if not entry.get("ok"):
             return Verdict(False, prefix(k) + f"{fn} {feedback.raised(entry.get('error'), extracted, memory_bytes, quiet)}",

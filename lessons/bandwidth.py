@@ -61,6 +61,12 @@ class CopyMeasurement:
         """Bytes per second: (bytes read + bytes written) / median time."""
         return self.bytes_moved / self.median_seconds
 
+    @property
+    def best_bandwidth(self) -> float:
+        """Bytes per second of the fastest copy: what the machine showed it can do, the speed a
+        floor under another time is computed from (other programs can only slow a copy down)."""
+        return self.bytes_moved / min(self.seconds)
+
 
 def copy_bandwidth(nbytes: int = 256 * MIB, repeats: int = 5) -> CopyMeasurement:
     """Time copying one array of ``nbytes`` bytes into another, ``repeats`` times after a warm-up."""

@@ -28,7 +28,8 @@ from kvcache.norm import rms_norm, swiglu
 from kvcache.rope import apply_rope
 
 __all__ = ["window_mask", "sink_window_mask", "logits_under_mask", "mass_on_first", "cache_logits",
-           "newline_positions", "repeated_passage"]
+           "newline_positions", "repeated_passage", "POLICIES", "SINKS", "policy_logits", "bytes_per_position",
+           "token_losses"]
 
 
 def window_mask(T: int, window: int, sinks: int = 0) -> np.ndarray:
@@ -52,13 +53,13 @@ def _attention(q, k, v, visible, first: int):
     T, H, d = q.shape
     G = k.shape[1]
     r = H // G
-    kh = np.repeat(k, r, axis=1).transpose(1, 2, 0)           # (H, d, T): head h reads kv head h // r
-    vh = np.repeat(v, r, axis=1).transpose(1, 0, 2)           # (H, T, d)
-    s = (q.transpose(1, 0, 2) / math.sqrt(d)) @ kh            # (H, T, T)
+    qg = q.transpose(1, 0, 2).reshape(G, r * T, d) / math.sqrt(d)   # head h = g r + j reads kv head g
+    s = (qg @ k.transpose(1, 2, 0)).reshape(H, T, T)                # (H, T, T)
     s = np.where(visible[None], s, -np.inf)
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     w = s / s.sum(axis=-1, keepdims=True)
-    return (w @ vh).transpose(1, 0, 2), w[:, :, :first].copy()
+    out = (w.reshape(G, r * T, T) @ v.transpose(1, 0, 2)).reshape(H, T, d)
+    return out.transpose(1, 0, 2), w[:, :, :first].copy()
 
 
 def logits_under_mask(model, ids, visible: np.ndarray, first: int = 0):
@@ -117,3 +118,49 @@ def repeated_passage(ids, passage: int, gap: int) -> tuple[list[int], int]:
     if passage + gap > len(ids):
         raise ValueError(f"the text has {len(ids)} tokens; {passage} + {gap} were asked for")
     return ids[:passage + gap] + ids[:passage], passage + gap
+
+
+# ---------------------------------------------------------------------- the policies at a budget
+
+POLICIES = ("window", "4 sinks + window", "4 newlines + window", "H2O", "TOVA")
+SINKS = 4
+
+
+def policy_logits(model, ids, policy: str, budget: int, newlines=None) -> np.ndarray:
+    """The logits at every position (T, V) when every layer and key/value head keeps ``budget``
+    positions by ``policy``:
+
+        window               the last B positions                          (a mask)
+        4 sinks + window     positions 0 .. 3 and the last B - 4           (a mask)
+        4 newlines + window  the ``newlines`` positions and the last B - 4 (a mask)
+        H2O                  the heaviest accumulated attention and the last B / 2  (``cache="h2o"``)
+        TOVA                 the heaviest attention of the newest query, the newest kept
+                             (``cache="h2o"`` with ``score="last"``, ``recent=1``)
+    """
+    T = len(ids)
+    if policy == "window":
+        return logits_under_mask(model, ids, window_mask(T, budget))
+    if policy == "4 sinks + window":
+        return logits_under_mask(model, ids, window_mask(T, budget - SINKS, SINKS))
+    if policy == "4 newlines + window":
+        return logits_under_mask(model, ids, sink_window_mask(T, budget - SINKS, newlines))
+    if policy == "H2O":
+        return cache_logits(model, ids, "h2o", budget=budget, recent=budget // 2)
+    if policy == "TOVA":
+        return cache_logits(model, ids, "h2o", budget=budget, recent=1, score="last")
+    raise ValueError(f"no policy {policy!r}: the policies are {', '.join(POLICIES)}")
+
+
+def bytes_per_position(model, bytes_per_number: int = 4) -> int:
+    """Bytes one kept position costs in every layer: a key and a value per key/value head."""
+    cfg = model.config
+    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * bytes_per_number
+
+
+def token_losses(logits: np.ndarray, ids) -> np.ndarray:
+    """(T - 1,) -log p_t(token t + 1): the loss of each next token, from the logits (T, V)."""
+    ids = np.asarray(ids)
+    z = logits[:-1].astype(np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return -log_p[np.arange(len(ids) - 1), ids[1:]]

@@ -47,12 +47,12 @@ def acceptance_probability(q: np.ndarray, p: np.ndarray) -> float:
     return float(np.minimum(q, p).sum())
 
 
-def first_token_frequencies(q: np.ndarray, p: np.ndarray, n: int, seed: int, accept=None) -> np.ndarray:
+def first_token_frequencies(q: np.ndarray, p: np.ndarray, n: int, draw: int, accept=None) -> np.ndarray:
     """Draw ``n`` one-token drafts x ~ q and uniforms, apply the rule (``accept``, by default
     ``speculative_accept``), and return how often each token came out first: (V,) frequencies
-    that tend to p as n grows (and to q min(1, p/q) + ... for a wrong rule)."""
+    that tend to p as n grows.  ``draw`` numbers the random draws (the same draws every run)."""
     accept = accept or speculative_accept
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(draw)
     drafts = rng.choice(len(q), size=n, p=q)
     uniforms = rng.random((n, 2))
     counts = np.zeros(len(q))

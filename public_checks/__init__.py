@@ -26,7 +26,8 @@ from typing import Callable
 
 from . import handing_in
 
-__all__ = ["run_checks", "load_checks", "evaluate", "CheckOutcome", "CheckReport", "PublicCheckFailed", "HIDDEN_NOTE"]
+__all__ = ["run_checks", "load_checks", "evaluate", "where", "CheckOutcome", "CheckReport", "PublicCheckFailed",
+           "HIDDEN_NOTE"]
 
 HIDDEN_NOTE = "public checks passed; hidden tests run at grading"
 #: The report's lines are wrapped to this many characters: the width of an output on the course's
@@ -79,6 +80,21 @@ def load_checks(name: str) -> list[tuple[str, Callable]]:
     return list(module.CHECKS)
 
 
+def where(err: BaseException) -> str:
+    """Where ``err`` was raised: "line N of FUNCTION", N counted from the function's own first line
+    (1 is its ``def``), so the same on the site's exercise page (the answer cells one after the other)
+    and in the notebook (each cell numbered from 1)."""
+    frame, lineno = None, 0
+    for frame, lineno in traceback.walk_tb(err.__traceback__):
+        pass
+    if frame is None:
+        return "where it was raised is not known"
+    code = frame.f_code
+    if code.co_name == "<module>":
+        return f"line {lineno} of the cell"
+    return f"line {lineno - code.co_firstlineno + 1} of {code.co_name}"
+
+
 def evaluate(name: str, *fns: Callable) -> list[CheckOutcome]:
     """Run every public check of ``name`` against the learner's ``fns``; never raises for a wrong
     answer."""
@@ -91,9 +107,7 @@ def evaluate(name: str, *fns: Callable) -> list[CheckOutcome]:
         except AssertionError as err:
             outcomes.append(CheckOutcome(description, "failed", str(err) or "wrong answer"))
         except Exception as err:  # the learner's code crashed: show where, not our internals
-            last = traceback.extract_tb(err.__traceback__)[-1]
-            outcomes.append(CheckOutcome(description, "failed",
-                                         f"{type(err).__name__}: {err} (line {last.lineno} of {last.name})"))
+            outcomes.append(CheckOutcome(description, "failed", f"{type(err).__name__}: {err} ({where(err)})"))
         else:
             outcomes.append(CheckOutcome(description, "passed"))
     return outcomes

@@ -58,3 +58,21 @@ def test_newline_positions_and_the_repeated_passage():
     assert probe == [0, 1, 2, 3, 4, 5, 6, 0, 1, 2] and start == 7
     with pytest.raises(ValueError, match="has 10 tokens"):
         repeated_passage(list(range(10)), 6, 5)
+
+
+def test_the_policies_bytes_and_losses():
+    from lessons.fewer_tokens import bytes_per_position, policy_logits, token_losses
+    model = Model.random(CONFIG, seed=6, dtype=np.float64)
+    ids = np.random.default_rng(2).integers(0, 64, 30)
+    assert bytes_per_position(model) == 2 * 2 * 2 * 8 * 4                  # k and v, 2 layers, 2 heads of 8
+    np.testing.assert_allclose(policy_logits(model, ids, "4 sinks + window", 10),
+                               logits_under_mask(model, ids, window_mask(30, 6, 4)), rtol=1e-12)
+    np.testing.assert_allclose(policy_logits(model, ids, "4 newlines + window", 10, [3, 5, 7, 9]),
+                               logits_under_mask(model, ids, sink_window_mask(30, 6, [3, 5, 7, 9])), rtol=1e-12)
+    full = model.logits(ids)
+    for policy in ("window", "H2O", "TOVA"):                               # a budget holding the text
+        np.testing.assert_allclose(policy_logits(model, ids, policy, 30), full, rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="no policy"):
+        policy_logits(model, ids, "LRU", 10)
+    logits = np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [1 / 3] * 3]))
+    np.testing.assert_allclose(token_losses(logits, [0, 1, 2]), [-np.log(0.25), -np.log(0.1)])

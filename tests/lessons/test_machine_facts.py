@@ -13,7 +13,8 @@ import itertools
 import pytest
 
 from lessons import bandwidth as bw
-from lessons.machine_facts import (MachineFacts, blas_threads_sentence, cgroup_cpu_limit, cgroup_memory,
+from lessons.machine_facts import (CacheLevel, MachineFacts, blas_threads_sentence, caches_in_words,
+                                   cgroup_cpu_limit, cgroup_memory,
                                    cpu_caches, cpu_model, describe_machine, facts_from_files,
                                    last_level_cache_bytes, mem_available_bytes, parse_cache_size, read_machine,
                                    usable_cpus)
@@ -90,6 +91,15 @@ def test_parse_size_and_cpu_caches():
     for c in cpu_caches():
         assert c.level >= 1 and c.size_bytes > 0
     assert cpu_caches("/nonexistent") == []
+
+
+def test_the_caches_in_words():
+    caches = [CacheLevel(1, "Data", 48 * KIB), CacheLevel(1, "Instruction", 32 * KIB),
+              CacheLevel(2, "Unified", 2 * MIB), CacheLevel(3, "Unified", 105 * MIB // 2)]
+    assert caches_in_words(caches) == ("L1 data 48 KiB, L1 instruction 32 KiB, L2 unified 2 MiB, "
+                                       "L3 unified 52.5 MiB")
+    assert caches_in_words([]) == "Linux does not report them"
+    assert caches_in_words() == caches_in_words(cpu_caches())
 
 
 def test_last_level_cache_is_positive_or_unknown():
@@ -298,3 +308,10 @@ def test_measure_runs_a_small_plan():
 def test_the_ga2_benchmark_takes_its_workers_from_the_machine(cores, workers):
     from bench.bench_ga2 import workers_for
     assert workers_for(cores) == workers
+
+
+def test_a_copy_s_best_bandwidth_is_its_fastest_repeat():
+    """Five copies of 1 MB (2 MB moved) in 2, 1, 4, 2 and 2 ms: median 2 ms (1 GB/s), fastest
+    1 ms (2 GB/s); a floor is computed from the fastest."""
+    copy = bw.CopyMeasurement(10**6, (0.002, 0.001, 0.004, 0.002, 0.002))
+    assert copy.bandwidth == pytest.approx(1e9) and copy.best_bandwidth == pytest.approx(2e9)

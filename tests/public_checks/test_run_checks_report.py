@@ -109,3 +109,18 @@ def test_passing_reports_name_the_grader_command(monkeypatch, capsys):
     assert re.sub(r"\s+", " ", out).strip().endswith(
         f"{LONG_NAME}: public checks passed; hidden tests run at grading "
         f"(python -m graders grade exercises/{LONG_NAME}.ipynb).")
+
+
+def test_a_crash_is_located_in_its_function_the_same_wherever_the_function_sits():
+    """An answer that crashes is located by the line of its function (1 is the ``def``), so the
+    report reads the same in the notebook (each cell numbered from 1) and on the site's exercise
+    page (the answer cells one after the other, lines of the others above it)."""
+    from public_checks import evaluate
+    answer = "import numpy as np\n\n\ndef softmax(s):\n    s = np.asarray(s)\n    return s[10]\n"
+    said = set()
+    for above in ("", "def helper():\n    return 1\n\n\n# the notebook's first answer cell\n\n\n"):
+        namespace: dict = {}
+        exec(compile(above + answer, "your code", "exec"), namespace)  # noqa: S102 - a test's own answer
+        said |= {o.message.rsplit(" (", 1)[1] for o in evaluate("softmax", namespace["softmax"])
+                 if o.status == "failed"}
+    assert said == {"line 3 of softmax)"}, said
