@@ -18,9 +18,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .memory import format_bytes
+
 __all__ = [
     "CacheLevel", "MachineFacts",
-    "parse_cache_size", "cpu_caches", "last_level_cache_bytes",
+    "parse_cache_size", "cpu_caches", "caches_in_words", "last_level_cache_bytes",
     "mem_available_bytes", "cgroup_memory", "cgroup_cpu_limit", "cpu_model", "usable_cpus",
     "facts_from_files", "read_machine", "describe_machine",
     "blas_threads_sentence",
@@ -94,6 +96,14 @@ def cpu_caches(root: str | os.PathLike = "/sys/devices/system/cpu/cpu0/cache") -
             continue
         levels.append(CacheLevel(level, kind, size))
     return levels
+
+
+def caches_in_words(caches: list[CacheLevel] | None = None) -> str:
+    """The CPU's caches in one line ("L1 data 48.0 KiB, L1 instruction 32.0 KiB, ..."), sizes in
+    binary units, or that Linux does not report them."""
+    caches = cpu_caches() if caches is None else caches
+    return ", ".join(f"L{c.level} {c.kind.lower()} {format_bytes(c.size_bytes)}" for c in caches) \
+        or "Linux does not report them"
 
 
 def last_level_cache_bytes(caches: list[CacheLevel] | None = None) -> int | None:

@@ -22,7 +22,7 @@ __all__ = [
     "KIB", "MIB", "GIB", "GB",
     "ModelShape", "MODELS",
     "kv_cache_bytes", "bytes_per_token", "max_tokens", "max_batch", "sequences_in_budget",
-    "values_stored_per_step", "format_bytes", "token_count_readings",
+    "values_stored_per_step", "format_bytes", "token_count_readings", "readings_grid",
 ]
 
 KIB = 2**10          # kibibyte: 1,024 bytes
@@ -190,3 +190,14 @@ def token_count_readings(bytes_per_token_: int = 524_288) -> list[dict]:
             rows.append({"spare": s_label, "spare_bytes": s, "per_token": p_label, "per_token_bytes": p,
                          "tokens": s // p, "ratio": s / p})
     return rows
+
+
+def readings_grid(readings: list[dict]) -> tuple[list[list], list[str]]:
+    """``token_count_readings`` as a grid: (rows, header), a row per reading of the spare memory,
+    a column per reading of the bytes per token (both in the readings' order), each cell the
+    tokens that pair gives; the header's first cell names the two axes."""
+    spares = list(dict.fromkeys(r["spare"] for r in readings))
+    per_tokens = list(dict.fromkeys(r["per_token"] for r in readings))
+    tokens = {(r["spare"], r["per_token"]): r["tokens"] for r in readings}
+    rows = [[s] + [tokens[s, p] for p in per_tokens] for s in spares]
+    return rows, ["spare | per token"] + per_tokens

@@ -10,13 +10,13 @@ causal attention), so it shares no code path with an incremental answer.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
-from ..checks import Fail, check_array, describe, unchanged, with_right_answer
-from ..registry import Call, Exercise, Ref, Test, case
+from ..checks import Fail, check_array, describe
+from ..registry import Exercise, Test
+from ._decode_step import DecodeStep, arrays_unchanged, also_right, decoding, dict_unchanged, one_call, output, unpack
 
 FN = "attend_step"
 
@@ -84,46 +84,28 @@ def _diagnose(x, cache, p, actual):
 # ------------------------------------------------------------------------------ checking
 
 
-def _unpack(value, what="attend_step"):
-    """(out, new_cache) of a returned value, or a Fail that says what came back instead."""
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise Fail(f"{what} should return a pair (out, new_cache); it returned {describe(value)}")
-    out, new_cache = value
-    if not isinstance(new_cache, dict) or "k" not in new_cache or "v" not in new_cache:
-        raise Fail(f"the new cache should be a dict with 'k' and 'v'; it is {describe(new_cache)}")
-    return out, new_cache
+def _step_arrays(x, cache, p):
+    """The reference's (out, new cache) of one step."""
+    out, keys, values = step(x, cache, p)
+    return out, {"k": keys, "v": values}
 
 
-def _output(args, results, what="the output"):
-    """The output of one step from ``args`` = (x_t, cache, p) is the reference's."""
-    out, _ = _unpack(results[0].value)
-    check_array(out, step(*args)[0], what, hint=functools.partial(_diagnose, *args))
+def _empty_cache(p):
+    d = p["Wq"].shape[1]
+    return {"k": np.zeros((0, d)), "v": np.zeros((0, d))}
 
 
-def _first_output(args, results):
-    _output(args, results, "the output of the first step")
+STEP = DecodeStep(FN, ("k", "v"), _step_arrays, causal_rows, _empty_cache, _diagnose)
 
 
-def _right_answer(args, results):
-    """The output and both new cache arrays of one step are the reference's."""
-    got, new = _unpack(results[0].value)
-    out, keys, values = step(*args)
-    check_array(got, out, "the output", hint=functools.partial(_diagnose, *args))
-    for key, expected in (("k", keys), ("v", values)):
-        check_array(new[key], expected, f"new_cache[{key!r}]")
+def _first_output(ex, args, results):
+    output(ex, args, results, "the output of the first step")
 
 
-def _with_right_answer(prop, args, results):
-    """``prop`` (a check of a property: the inputs left as they were, the shapes) counting only
-    together with the right answer on the same call: an answer that computes nothing leaves its
-    inputs alone too."""
-    return with_right_answer(functools.partial(prop, args), functools.partial(_right_answer, args))(results)
-
-
-def _new_cache_rows(args, results):
+def _new_cache_rows(ex, args, results):
     """The new cache is the old rows, then the new key and value as the last row."""
     _, keys, values = step(*args)
-    _, new = _unpack(results[0].value)
+    _, new = unpack(ex, results[0].value)
     for key, expected, what in (("k", keys, "key"), ("v", values, "value")):
         arr = new[key]
         if not isinstance(arr, np.ndarray):
@@ -140,26 +122,8 @@ def _new_cache_rows(args, results):
         check_array(arr[-1], expected[-1], f"the last row of new_cache[{key!r}] (the new {what}, x_t W_{key})")
 
 
-def _dict_unchanged(args, results):
-    """The input cache dict keeps its keys and its arrays' shapes, then its arrays."""
-    cache, after = args[1], results[0].args_after[1]
-    unchanged({k: v.shape for k, v in cache.items()},
-              {k: getattr(v, "shape", v) for k, v in after.items()} if isinstance(after, dict) else after,
-              "the input cache")
-    unchanged(cache, after, "the input cache")
-
-
-def _arrays_unchanged(args, results):
-    """No input array is modified in place (even when the dict's entries were replaced)."""
-    x, cache, p = args
-    original = results[0].originals_after
-    unchanged(cache, original[1], "the input cache")
-    unchanged(x, original[0], "x_t")
-    unchanged(p, original[2], "the parameters p")
-
-
-def _out_shape(args, results):
-    out, _ = _unpack(results[0].value)
+def _out_shape(ex, args, results):
+    out, _ = unpack(ex, results[0].value)
     if not isinstance(out, np.ndarray):
         raise Fail(f"out is {describe(out)}; expected a numpy array of shape (d,) = (3,)")
     if out.shape != (3,):
@@ -168,28 +132,12 @@ def _out_shape(args, results):
         raise Fail(f"out has dtype {out.dtype}; expected float64 for float64 inputs")
 
 
-def _structure(args, results):
-    _, new = _unpack(results[0].value)
+def _structure(ex, args, results):
+    _, new = unpack(ex, results[0].value)
     for key in ("k", "v"):
         arr = new[key]
         if not isinstance(arr, np.ndarray) or arr.shape != (2, 2):
             raise Fail(f"new_cache[{key!r}] is {describe(arr)}; expected an array of shape (t + 1, d) = (2, 2)")
-
-
-def _decoded_rows(runs, expected_rows, results):
-    """A test made of one or more decoding runs laid end to end (``runs`` is a list of (X, p) in
-    call order): each step's output must be the matching row of causal attention."""
-    k = 0
-    for number, ((X, p), rows) in enumerate(zip(runs, expected_rows), start=1):
-        label = f"sequence {number} of {len(runs)}, " if len(runs) > 1 else ""
-        cache = {"k": np.zeros((0, rows.shape[1])), "v": np.zeros((0, rows.shape[1]))}
-        for t in range(X.shape[0]):
-            where = f"{label}step {t + 1} of {X.shape[0]}"
-            out, _ = _unpack(results[k].value, f"{where}: attend_step")
-            check_array(out, rows[t], f"{where}: the output", hint=functools.partial(_diagnose, X[t], cache, p))
-            _, keys, values = step(X[t], cache, p)
-            cache = {"k": keys, "v": values}
-            k += 1
 
 
 # ------------------------------------------------------------------------------ the inputs
@@ -205,7 +153,7 @@ def _one_step(seed, D, d, t, scale=1.0):
     rng = np.random.default_rng(seed)
     x, p = rng.standard_normal(D), _random_params(rng, D, d, scale)
     if t == 0:
-        return x, {"k": np.zeros((0, d)), "v": np.zeros((0, d))}, p
+        return x, _empty_cache(p), p
     return x, {"k": rng.standard_normal((t, d)), "v": rng.standard_normal((t, d))}, p
 
 
@@ -228,57 +176,32 @@ WORKED_EXAMPLE = [(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]),
                    {"Wq": np.eye(2), "Wk": np.eye(2), "Wv": np.diag([1.0, 2.0])})]
 
 
-def _decode_calls(runs):
-    """Token-by-token decoding, run after run: step t gets the cache that step t - 1 returned."""
-    calls = []
-    for X, p in runs:
-        first, d = len(calls), p["Wq"].shape[1]
-        calls.append(Call(FN, (X[0], {"k": np.zeros((0, d)), "v": np.zeros((0, d))}, p)))
-        calls += [Call(FN, (X[t], Ref(first + t - 1, (1,)), p)) for t in range(1, X.shape[0])]
-    return calls
-
-
-def decoding(name, points, runs) -> Test:
-    """The test that decodes ``runs`` token by token, each from an empty cache."""
-    return case(name, points, _decode_calls(runs), _decoded_rows, runs, [causal_rows(X, p) for X, p in runs])
-
-
-def one_call(name, points, args, check, capture_args=False) -> Test:
-    """The test of one call on ``args``, checked by ``check(args, results)``."""
-    return case(name, points, [Call(FN, args, capture_args)], check, args)
-
-
-def also_right(name, points, args, prop, capture_args=False) -> Test:
-    """The test of a property of one call, counting only together with the right answer."""
-    return case(name, points, [Call(FN, args, capture_args)], _with_right_answer, prop, args)
-
-
 # --------------------------------------------------------------------------------- the tests
 
 
 def make_tests() -> list[Test]:
     return [
-        decoding("the worked example of the statement, three tokens one by one", 2, WORKED_EXAMPLE),
-        one_call("the first step, from an empty cache (t = 0): the output is the new value", 1,
+        decoding(STEP, "the worked example of the statement, three tokens one by one", 2, WORKED_EXAMPLE),
+        one_call(STEP, "the first step, from an empty cache (t = 0): the output is the new value", 1,
                  _one_step(1001, D=4, d=3, t=0), _first_output),
-        one_call("one step from a cache of one token (t = 1)", 1, _one_step(1013, D=3, d=2, t=1), _output),
-        one_call("one step from a cache of 5 tokens (D = 6, d = 4)", 1, _one_step(1002, D=6, d=4, t=5), _output),
-        one_call("the new cache: the old rows, then the new key and value as the last row", 2,
+        one_call(STEP, "one step from a cache of one token (t = 1)", 1, _one_step(1013, D=3, d=2, t=1), output),
+        one_call(STEP, "one step from a cache of 5 tokens (D = 6, d = 4)", 1, _one_step(1002, D=6, d=4, t=5), output),
+        one_call(STEP, "the new cache: the old rows, then the new key and value as the last row", 2,
                  _one_step(1003, D=5, d=3, t=4), _new_cache_rows),
-        also_right("the input cache dict is left as it was (same keys, same arrays)", 1,
-                   _one_step(1004, D=4, d=2, t=3), _dict_unchanged, capture_args=True),
-        also_right("the input cache arrays (and x_t, p) are not modified in place", 1,
-                   _one_step(1005, D=3, d=3, t=6), _arrays_unchanged, capture_args=True),
-        decoding("decoding 9 tokens one by one gives the rows of causal attention (D = 7, d = 5)", 3,
+        also_right(STEP, "the input cache dict is left as it was (same keys, same arrays)", 1,
+                   _one_step(1004, D=4, d=2, t=3), dict_unchanged, capture_args=True),
+        also_right(STEP, "the input cache arrays (and x_t, p) are not modified in place", 1,
+                   _one_step(1005, D=3, d=3, t=6), arrays_unchanged, capture_args=True),
+        decoding(STEP, "decoding 9 tokens one by one gives the rows of causal attention (D = 7, d = 5)", 3,
                  _runs(1006, (9, 7, 5))),
-        decoding("head width d = 1 (6 tokens, D = 3)", 1, _runs(1007, (6, 3, 1))),
-        decoding("large scores (about 10^4): the softmax must be stable", 1, _large_scores_run(1008)),
-        also_right("out has shape (d,) and dtype float64", 1, _one_step(1009, D=5, d=3, t=2), _out_shape),
-        also_right("returns (out, new_cache), new_cache a dict of 'k' and 'v' of shape (t + 1, d)", 1,
+        decoding(STEP, "head width d = 1 (6 tokens, D = 3)", 1, _runs(1007, (6, 3, 1))),
+        decoding(STEP, "large scores (about 10^4): the softmax must be stable", 1, _large_scores_run(1008)),
+        also_right(STEP, "out has shape (d,) and dtype float64", 1, _one_step(1009, D=5, d=3, t=2), _out_shape),
+        also_right(STEP, "returns (out, new_cache), new_cache a dict of 'k' and 'v' of shape (t + 1, d)", 1,
                    _one_step(1010, D=4, d=2, t=1), _structure),
-        one_call("one step from a long cache (t = 300, D = 16, d = 8)", 1,
-                 _one_step(1011, D=16, d=8, t=300, scale=0.25), _output),
-        decoding("six random decoding runs of non-round sizes (D from 2 to 11, d from 2 to 7)", 3,
+        one_call(STEP, "one step from a long cache (t = 300, D = 16, d = 8)", 1,
+                 _one_step(1011, D=16, d=8, t=300, scale=0.25), output),
+        decoding(STEP, "six random decoding runs of non-round sizes (D from 2 to 11, d from 2 to 7)", 3,
                  _runs(1012, (4, 3, 2), (6, 5, 7), (11, 8, 3), (3, 2, 5), (7, 11, 6), (13, 4, 4))),
     ]
 

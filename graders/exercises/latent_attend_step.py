@@ -13,13 +13,13 @@ shares no code with an absorbed answer (nor with the course's engine or its solu
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
-from ..checks import Fail, check_array, describe, unchanged, with_right_answer
-from ..registry import Call, Exercise, Ref, Test, case
+from ..checks import Fail, check_array, describe
+from ..registry import Exercise, Test
+from ._decode_step import DecodeStep, arrays_unchanged, also_right, decoding, dict_unchanged, one_call, output, unpack
 
 FN = "latent_attend_step"
 
@@ -100,44 +100,27 @@ def _diagnose(x, cache, p, n_heads, actual):
 # ------------------------------------------------------------------------------ checking
 
 
-def _unpack(value, what=FN):
-    """(out, new_cache) of a returned value, or a Fail that says what came back instead."""
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise Fail(f"{what} should return a pair (out, new_cache); it returned {describe(value)}")
-    out, new_cache = value
-    if not isinstance(new_cache, dict) or "c" not in new_cache:
-        raise Fail(f"the new cache should be a dict with 'c'; it is {describe(new_cache)}")
-    return out, new_cache
+def _step_arrays(x, cache, p, n_heads):
+    """The reference's (out, new cache) of one step."""
+    out, C = step(x, cache, p, n_heads)
+    return out, {"c": C}
 
 
-def _output(args, results, what="the output"):
-    """The output of one step from ``args`` = (x_t, cache, p, n_heads) is the reference's."""
-    out, _ = _unpack(results[0].value)
-    check_array(out, step(*args)[0], what, hint=functools.partial(_diagnose, *args))
+def _empty_cache(p):
+    return {"c": np.zeros((0, p["Wdkv"].shape[1]))}
 
 
-def _first_output(args, results):
-    _output(args, results, "the output of the first step (each head's value of the new token)")
+STEP = DecodeStep(FN, ("c",), _step_arrays, causal_rows, _empty_cache, _diagnose)
 
 
-def _right_answer(args, results):
-    """The output and the new latents of one step are the reference's."""
-    got, new = _unpack(results[0].value)
-    out, C = step(*args)
-    check_array(got, out, "the output", hint=functools.partial(_diagnose, *args))
-    check_array(new["c"], C, "new_cache['c']")
+def _first_output(ex, args, results):
+    output(ex, args, results, "the output of the first step (each head's value of the new token)")
 
 
-def _with_right_answer(prop, args, results):
-    """``prop`` counting only together with the right answer on the same call: an answer that
-    computes nothing leaves its inputs alone too."""
-    return with_right_answer(functools.partial(prop, args), functools.partial(_right_answer, args))(results)
-
-
-def _latents_only(args, results):
+def _latents_only(ex, args, results):
     """The new cache holds the latents and nothing else: the old rows, then x_t Wdkv."""
     _, C = step(*args)
-    _, new = _unpack(results[0].value)
+    _, new = unpack(ex, results[0].value)
     if set(new) != {"c"}:
         extra = sorted(str(k) for k in set(new) - {"c"})
         raise Fail(f"the new cache should hold only 'c', the latents; it also holds {', '.join(extra)}: "
@@ -152,27 +135,9 @@ def _latents_only(args, results):
     check_array(arr[-1], C[-1], "the last row of new_cache['c'] (the new latent, x_t Wdkv)")
 
 
-def _dict_unchanged(args, results):
-    """The input cache dict keeps its keys and its array's shape, then its array."""
-    cache, after = args[1], results[0].args_after[1]
-    unchanged({k: v.shape for k, v in cache.items()},
-              {k: getattr(v, "shape", v) for k, v in after.items()} if isinstance(after, dict) else after,
-              "the input cache")
-    unchanged(cache, after, "the input cache")
-
-
-def _arrays_unchanged(args, results):
-    """No input array is modified in place (even when the dict's entries were replaced)."""
-    x, cache, p, _ = args
-    original = results[0].originals_after
-    unchanged(cache, original[1], "the input cache")
-    unchanged(x, original[0], "x_t")
-    unchanged(p, original[2], "the parameters p")
-
-
-def _out_shape(args, results):
+def _out_shape(ex, args, results):
     """out is a float64 vector of H d numbers."""
-    out, _ = _unpack(results[0].value)
+    out, _ = unpack(ex, results[0].value)
     width = args[2]["Wq"].shape[1]
     if not isinstance(out, np.ndarray):
         raise Fail(f"out is {describe(out)}; expected a numpy array of shape (H d,) = ({width},)")
@@ -181,22 +146,6 @@ def _out_shape(args, results):
                    "side in one vector")
     if out.dtype != np.float64:
         raise Fail(f"out has dtype {out.dtype}; expected float64 for float64 inputs")
-
-
-def _decoded_rows(runs, expected_rows, results):
-    """Runs laid end to end (``runs``: (X, p, n_heads) in call order): each step's output is the
-    matching row of full causal multi-head attention."""
-    k = 0
-    for number, ((X, p, n_heads), rows) in enumerate(zip(runs, expected_rows), start=1):
-        label = f"sequence {number} of {len(runs)}, " if len(runs) > 1 else ""
-        cache = {"c": np.zeros((0, p["Wdkv"].shape[1]))}
-        for t in range(X.shape[0]):
-            where = f"{label}step {t + 1} of {X.shape[0]}"
-            out, _ = _unpack(results[k].value, f"{where}: {FN}")
-            check_array(out, rows[t], f"{where}: the output",
-                        hint=functools.partial(_diagnose, X[t], cache, p, n_heads))
-            cache = {"c": step(X[t], cache, p, n_heads)[1]}
-            k += 1
 
 
 # ------------------------------------------------------------------------------ the inputs
@@ -238,56 +187,33 @@ WORKED_EXAMPLE = [(np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]]),
                     "Wuk": np.array([[1.0, -1.0]]), "Wuv": np.array([[1.0, 2.0]])}, 2)]
 
 
-def _decode_calls(runs):
-    """Token-by-token decoding, run after run: step t gets the cache that step t - 1 returned."""
-    calls = []
-    for X, p, n_heads in runs:
-        first, r = len(calls), p["Wdkv"].shape[1]
-        calls.append(Call(FN, (X[0], {"c": np.zeros((0, r))}, p, n_heads)))
-        calls += [Call(FN, (X[t], Ref(first + t - 1, (1,)), p, n_heads)) for t in range(1, X.shape[0])]
-    return calls
-
-
-def decoding(name, points, runs) -> Test:
-    """The test that decodes ``runs`` token by token, each from an empty cache."""
-    return case(name, points, _decode_calls(runs), _decoded_rows, runs, [causal_rows(*run) for run in runs])
-
-
-def one_call(name, points, args, check, capture_args=False) -> Test:
-    """The test of one call on ``args``, checked by ``check(args, results)``."""
-    return case(name, points, [Call(FN, args, capture_args)], check, args)
-
-
-def also_right(name, points, args, prop, capture_args=False) -> Test:
-    """The test of a property of one call, counting only together with the right answer."""
-    return case(name, points, [Call(FN, args, capture_args)], _with_right_answer, prop, args)
-
-
 # --------------------------------------------------------------------------------- the tests
 
 
 def make_tests() -> list[Test]:
     return [
-        decoding("the worked example of the statement, three tokens one by one", 2, WORKED_EXAMPLE),
-        one_call("the first step, from an empty cache (t = 0): each head's output is its value of the new token", 1,
-                 _one_step(2901, D=5, H=3, d=2, r=4, t=0), _first_output),
-        one_call("one step from a cache of 5 latents (D = 6, H = 2, d = 3, r = 4)", 1,
-                 _one_step(2902, D=6, H=2, d=3, r=4, t=5), _output),
-        one_call("the new cache holds only the latents: the old rows, then x_t Wdkv", 2,
+        decoding(STEP, "the worked example of the statement, three tokens one by one", 2, WORKED_EXAMPLE),
+        one_call(STEP, "the first step, from an empty cache (t = 0): each head's output is its value of the new "
+                 "token", 1, _one_step(2901, D=5, H=3, d=2, r=4, t=0), _first_output),
+        one_call(STEP, "one step from a cache of 5 latents (D = 6, H = 2, d = 3, r = 4)", 1,
+                 _one_step(2902, D=6, H=2, d=3, r=4, t=5), output),
+        one_call(STEP, "the new cache holds only the latents: the old rows, then x_t Wdkv", 2,
                  _one_step(2903, D=5, H=2, d=3, r=3, t=4), _latents_only),
-        also_right("the input cache dict is left as it was (same key, same array)", 1,
-                   _one_step(2904, D=4, H=2, d=2, r=3, t=3), _dict_unchanged, capture_args=True),
-        also_right("the input cache array (and x_t, p) are not modified in place", 1,
-                   _one_step(2905, D=3, H=3, d=2, r=2, t=6), _arrays_unchanged, capture_args=True),
-        decoding("decoding 9 tokens one by one gives the rows of full causal multi-head attention "
+        also_right(STEP, "the input cache dict is left as it was (same key, same array)", 1,
+                   _one_step(2904, D=4, H=2, d=2, r=3, t=3), dict_unchanged, capture_args=True),
+        also_right(STEP, "the input cache array (and x_t, p) are not modified in place", 1,
+                   _one_step(2905, D=3, H=3, d=2, r=2, t=6), arrays_unchanged, capture_args=True),
+        decoding(STEP, "decoding 9 tokens one by one gives the rows of full causal multi-head attention "
                  "(D = 7, H = 3, d = 4, r = 5)", 3, _runs(2906, (9, 7, 3, 4, 5))),
-        decoding("one head (H = 1; 6 tokens, D = 4, d = 3, r = 2)", 1, _runs(2907, (6, 4, 1, 3, 2))),
-        decoding("a latent of one number (r = 1; 6 tokens, D = 3, H = 2, d = 2)", 1, _runs(2908, (6, 3, 2, 2, 1))),
-        decoding("large scores (about 10^4): the softmax must be stable", 1, _large_scores_run(2909)),
-        also_right("out has shape (H d,) and dtype float64", 1, _one_step(2910, D=5, H=3, d=2, r=4, t=2), _out_shape),
-        one_call("one step from a long cache (t = 300, D = 16, H = 4, d = 8, r = 12)", 1,
-                 _one_step(2911, D=16, H=4, d=8, r=12, t=300, scale=0.25), _output),
-        decoding("six random decoding runs of non-round sizes (H from 1 to 5, r from 1 to 9, r above and "
+        decoding(STEP, "one head (H = 1; 6 tokens, D = 4, d = 3, r = 2)", 1, _runs(2907, (6, 4, 1, 3, 2))),
+        decoding(STEP, "a latent of one number (r = 1; 6 tokens, D = 3, H = 2, d = 2)", 1,
+                 _runs(2908, (6, 3, 2, 2, 1))),
+        decoding(STEP, "large scores (about 10^4): the softmax must be stable", 1, _large_scores_run(2909)),
+        also_right(STEP, "out has shape (H d,) and dtype float64", 1, _one_step(2910, D=5, H=3, d=2, r=4, t=2),
+                   _out_shape),
+        one_call(STEP, "one step from a long cache (t = 300, D = 16, H = 4, d = 8, r = 12)", 1,
+                 _one_step(2911, D=16, H=4, d=8, r=12, t=300, scale=0.25), output),
+        decoding(STEP, "six random decoding runs of non-round sizes (H from 1 to 5, r from 1 to 9, r above and "
                  "below H d)", 3,
                  _runs(2912, (4, 3, 2, 2, 5), (6, 5, 3, 1, 2), (11, 8, 5, 3, 9), (3, 2, 1, 5, 1),
                        (7, 11, 4, 2, 7), (13, 4, 2, 4, 3))),

@@ -217,3 +217,44 @@ def assert_says_how_much_faster(words, ratio, shown_ratio_decimals=None):
     decimals = 1 if "." in m[1] else 0
     assert decimals == (1 if shown < 10 else 0), words
     assert abs(shown - x) <= 0.5 * 10 ** -decimals + 2 * edge * x, (words, ratio)
+
+
+# ---------------------------------------------------------------- the GA-2 chapters (9 and 10)
+
+
+def text_outputs(nb):
+    """Every text a notebook's cells printed or displayed as plain text, joined."""
+    return "\n".join("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+                     for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def assert_shows_no_answer_and_links_its_exercises(nb, label: str, exercises):
+    """The executed chapter prints no answer (the leak scan finds nothing in it), and its text
+    links each of its exercises twice: "[NAME exercise](...)" and "[NAME](...)"."""
+    from coursetools.answer_leaks import describe, leaks_in_notebook
+    leaks = leaks_in_notebook(nb, label)
+    assert not leaks, describe(leaks)
+    text = markdown(nb)
+    for name in exercises:
+        assert f"[{name} exercise](../../exercises/{name}.ipynb)" in text
+        assert f"[{name}](../../exercises/{name}.ipynb)" in text
+
+
+def assert_prints_no_machine_answer(nb):
+    """The engine's requantizer and tail builder are counterparts of the exercises: no cell prints
+    their source (no show_source of them, no inspect), and the Verilog of the requantizer stays off
+    the page."""
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "show_source" not in code and "getsource" not in code and "??" not in code
+    out = text_outputs(nb)
+    assert "module ga2_rq" not in out and "(p + h" not in out
+
+
+def assert_stored_bare_with_self_checks(path):
+    """The chapter as committed: no outputs, at least five self-check questions each answered in a
+    toggle right under it, and no "seed" anywhere."""
+    nb = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    pairs = self_check_pairs(nb)
+    assert len(pairs) >= 5 and all(answered for _, answered in pairs), pairs
+    assert not re.search(r"\bseeds?\b", "\n".join(c.source for c in nb.cells), flags=re.IGNORECASE)

@@ -12,11 +12,10 @@ import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import ROOT, chapter_path, errors, executed, figures, numbers
+from chapter_notebooks import chapter_path, errors, executed, figures, numbers
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 CH1 = chapter_path("01_attention_by_hand")
-EXERCISES = {"softmax": 1, "causal_attention": 1}
 
 
 # The sources' figures.
@@ -120,56 +119,6 @@ def test_chapter_structure():
 
 
 # ---------------------------------------------------------------- exercise and solution notebooks
-
-
-def cells_of(folder, name):
-    nb = nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)
-    return nb, nb.cells
-
-
-def strip_comments(src):
-    return "\n".join(line.split("#", 1)[0] for line in src.splitlines())
-
-
-@pytest.mark.parametrize("folder", ["exercises", "solutions"])
-@pytest.mark.parametrize("name", list(EXERCISES))
-def test_exercise_notebook_form(folder, name):
-    nb, cells = cells_of(folder, name)
-    assert nb.metadata["kvcourse"] == {"exercise": name, "chapter": EXERCISES[name]}
-    assert nb.metadata["kernelspec"]["name"] == "python3"
-    kinds = [c.cell_type for c in cells]
-    assert kinds == ["markdown", "code", "markdown", "code", "markdown", "code"]
-    statement, starter, _, example, checks_md, checks = cells
-    assert statement.source.startswith(f"# Exercise: {name}")
-    assert f"def {name}(" in statement.source
-    assert f"python -m graders grade exercises/{name}.ipynb" in statement.source
-    assert "hidden tests" in statement.source
-    assert starter.metadata.get("tags") == ["answer"]
-    assert [c for c in cells if "answer" in c.metadata.get("tags", [])] == [starter]
-    assert starter.source.startswith("import numpy as np")
-    assert f"def {name}(" in starter.source and '"""' in starter.source
-    assert ("raise NotImplementedError" in starter.source) == (folder == "exercises")
-    assert "kvcache" not in starter.source and "solutions" not in starter.source
-    assert not re.search(rf"\b{name}\(", strip_comments(example.source)), "the worked example must not call the answer"
-    assert checks_md.source.startswith("## Public checks") and "hidden tests" in checks_md.source
-    assert checks.source == f'from public_checks import run_checks\n\nrun_checks("{name}", {name})'
-
-
-@pytest.mark.parametrize("name", list(EXERCISES))
-def test_starter_cells_report_not_implemented_and_solutions_pass(name):
-    for folder in ("exercises", "solutions"):
-        _, cells = cells_of(folder, name)
-        namespace = {}
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(cells[1].source, namespace)          # the answer cell
-            exec(cells[3].source, {})                 # the worked example runs on its own
-            result = run_checks(name, namespace[name])
-        if folder == "exercises":
-            assert not result and "not implemented yet" in out.getvalue()
-        else:
-            count = {"softmax": 6, "causal_attention": 7}[name]     # what the statement stresses too
-            assert result and f"{count} of {count} public checks passed" in out.getvalue()
 
 
 # ---------------------------------------------------------------- public checks: right and wrong answers

@@ -15,14 +15,13 @@ import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, chapter_path, errors,
+from chapter_notebooks import (ROOT, assert_glue_references_resolve, chapter_path, errors,
                                execute, executed, figures, glued, markdown, number, self_check_pairs)
 from coursetools.answer_leaks import find_leaks
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 CH5 = chapter_path("05_batches")
 MODEL = chapter_path("05_the_model")
-EXERCISES = {"batched_decode_step": 5}
 
 
 def llama_parameters(V, D, F, L, H, G, d, tied):
@@ -360,43 +359,6 @@ def test_the_chapter_builds_on_a_slow_machine_with_little_memory(tmp_path):
 
 
 # ---------------------------------------------------------------- exercise notebooks
-
-
-@pytest.mark.parametrize("name", sorted(EXERCISES))
-@pytest.mark.parametrize("folder", ["exercises", "solutions"])
-def test_exercise_notebook_form(name, folder):
-    nb = nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)
-    nbformat.validate(nb)
-    assert nb.metadata["kvcourse"] == {"exercise": name, "chapter": EXERCISES[name]}
-    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "markdown", "code", "markdown", "code"]
-    statement, starter, _, example, checks_md, checks = nb.cells
-    assert statement.source.startswith(f"# Exercise: {name}") and f"def {name}(" in statement.source
-    assert f"python -m graders grade exercises/{name}.ipynb" in statement.source
-    assert answer_cell(nb) is starter and f"def {name}(" in starter.source
-    assert ("raise NotImplementedError" in starter.source) == (folder == "exercises")
-    for cell in nb.cells:
-        assert "kvcache" not in cell.source or cell.cell_type == "markdown", "the learner's copy has no engine"
-        assert not re.search(r"^\s*(from|import)\s+kvcache", cell.source, flags=re.M)
-    example_code = "\n".join(line.split("#", 1)[0] for line in example.source.splitlines())
-    assert not re.search(rf"\b{name}\(", example_code), "the worked example does not call the answer"
-    assert checks_md.source.startswith("## Public checks")
-    assert checks.source == f'from public_checks import run_checks\n\nrun_checks("{name}", {name})'
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    link = re.search(r"\((\.\./book/chapters/0\d_[a-z_]+\.ipynb)\)", statement.source).group(1)
-    assert (ROOT / folder / link).resolve().exists()
-
-
-def _function_from(folder, name):
-    ns = {}
-    exec(answer_cell(nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)).source, ns)
-    return ns[name]
-
-
-@pytest.mark.parametrize("name", sorted(EXERCISES))
-def test_solutions_pass_and_starters_are_reported_not_implemented(name, capsys):
-    assert run_checks(name, _function_from("solutions", name))
-    assert not run_checks(name, _function_from("exercises", name))
-    assert "not implemented yet" in capsys.readouterr().out
 
 
 def test_the_worked_examples_run_and_say_what_they_show():

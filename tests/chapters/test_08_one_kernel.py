@@ -16,10 +16,10 @@ import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, assert_says_how_much_faster,
+from chapter_notebooks import (ROOT, assert_glue_references_resolve, assert_says_how_much_faster,
                                chapter_path, errors, execute, executed, figures, glued, markdown)
 from coursetools.answer_leaks import leaks_in_notebook
-from public_checks import evaluate, run_checks
+from public_checks import evaluate
 
 CH8 = chapter_path("08_one_kernel")
 
@@ -180,37 +180,6 @@ def test_the_chapter_is_in_the_table_of_contents_after_chapter_4():
 
 
 # ---------------------------------------------------------------- the exercise notebooks
-
-
-@pytest.mark.parametrize("folder", ["exercises", "solutions"])
-def test_the_exercise_notebooks_have_the_course_form(folder):
-    nb = nbformat.read(ROOT / folder / "blocked_decode.ipynb", as_version=4)
-    assert nb.metadata["kvcourse"] == {"exercise": "blocked_decode", "chapter": 8}
-    assert nb.metadata["kernelspec"]["name"] == "python3"
-    assert [c.cell_type for c in nb.cells][:2] == ["markdown", "code"]
-    assert nb.cells[0].source.startswith("# Exercise: blocked_decode")
-    assert "python -m graders grade exercises/blocked_decode.ipynb" in nb.cells[0].source
-    assert "../book/chapters/08_one_kernel.ipynb" in nb.cells[0].source
-    cell = answer_cell(nb)
-    assert cell is nb.cells[1] and "def blocked_decode(" in cell.source
-    assert ("raise NotImplementedError" in cell.source) == (folder == "exercises")
-    assert "kvcache" not in cell.source
-    assert "## Public checks" in nb.cells[-2].source
-    assert nb.cells[-1].source == 'from public_checks import run_checks\n\nrun_checks("blocked_decode", blocked_decode)'
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    assert "blocked_decode(" not in nb.cells[3].source          # the worked example does not call it
-
-
-def _function(folder):
-    ns = {}
-    exec(answer_cell(nbformat.read(ROOT / folder / "blocked_decode.ipynb", as_version=4)).source, ns)
-    return ns["blocked_decode"]
-
-
-def test_the_solution_passes_the_public_checks_and_the_starter_is_not_implemented(capsys):
-    assert run_checks("blocked_decode", _function("solutions"))
-    assert not run_checks("blocked_decode", _function("exercises"))
-    assert "not implemented yet" in capsys.readouterr().out
 
 
 def test_the_worked_example_runs_and_says_what_to_expect():

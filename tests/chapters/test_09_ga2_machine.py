@@ -7,15 +7,14 @@ against exact arithmetic.
 import inspect
 import json
 import math
-import re
 
 import nbformat
 import numpy as np
 import pytest
 
-from chapter_notebooks import (ROOT, answer_cell, chapter_path, errors, executed, figures, glue_references,
-                               self_check_pairs)
-from coursetools.answer_leaks import leaks_in_notebook
+from chapter_notebooks import (ROOT, assert_prints_no_machine_answer,
+                               assert_shows_no_answer_and_links_its_exercises, assert_stored_bare_with_self_checks,
+                               chapter_path, errors, executed, figures, glue_references)
 from public_checks import PublicCheckFailed, evaluate, run_checks
 
 CH9 = chapter_path("09_ga2_machine")
@@ -37,11 +36,6 @@ EXACT_CH9 = {
     "ch9_util1": "3.6%", "ch9_util4": "9.1%", "ch9_refuse_index": "1", "ch9_refuse_field": "M",
     "ch9_refusals": "6",
 }
-
-
-def text_outputs(nb):
-    return "\n".join("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
-                     for cell in nb.cells for out in cell.get("outputs", []))
 
 
 @pytest.fixture(scope="module")
@@ -91,25 +85,11 @@ def test_ch9_shows_the_refusals_with_index_and_field(ch9):
 
 
 def test_the_chapter_shows_no_answer_but_links_its_exercise(ch9):
-    from coursetools.answer_leaks import describe, leaks_in_notebook
-    nb, _ = ch9
-    leaks = leaks_in_notebook(nb, "ch9")
-    assert not leaks, describe(leaks)
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    for name in EXERCISES:
-        assert f"[{name} exercise](../../exercises/{name}.ipynb)" in text
-        assert f"[{name}](../../exercises/{name}.ipynb)" in text
+    assert_shows_no_answer_and_links_its_exercises(ch9[0], "ch9", EXERCISES)
 
 
 def test_chapters_never_print_the_machines_answers(ch9):
-    """The engine's requantizer and tail builder are counterparts of the exercises: no cell prints
-    their source (no show_source of them, no inspect), and the Verilog of the requantizer stays off
-    the page."""
-    nb, _ = ch9
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "show_source" not in code and "getsource" not in code and "??" not in code
-    out = text_outputs(nb)
-    assert "module ga2_rq" not in out and "(p + h" not in out
+    assert_prints_no_machine_answer(ch9[0])
 
 
 def test_the_text_states_many_glued_figures():
@@ -117,12 +97,7 @@ def test_the_text_states_many_glued_figures():
 
 
 def test_the_committed_chapter_has_no_outputs_and_self_checks():
-    nb = nbformat.read(CH9, as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    pairs = self_check_pairs(nb)                # each answer a toggle right under its question
-    assert len(pairs) >= 5 and all(answered for _, answered in pairs), pairs
-    assert not re.search(r"\bseeds?\b", "\n".join(c.source for c in nb.cells), flags=re.IGNORECASE)
+    assert_stored_bare_with_self_checks(CH9)
 
 
 def test_the_toc_has_a_part_for_the_two_chapters():
@@ -134,36 +109,6 @@ def test_the_toc_has_a_part_for_the_two_chapters():
 
 
 # ---------------------------------------------------------------- exercise notebooks
-
-
-@pytest.mark.parametrize("name", sorted(EXERCISES))
-@pytest.mark.parametrize("folder", ["exercises", "solutions"])
-def test_exercise_notebook_form(name, folder):
-    nb = nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)
-    assert nb.metadata["kvcourse"] == {"exercise": name, "chapter": EXERCISES[name]}
-    assert nb.cells[0].source.startswith(f"# Exercise: {name}")
-    assert f"python -m graders grade exercises/{name}.ipynb" in nb.cells[0].source
-    cell = answer_cell(nb)
-    assert cell is nb.cells[1] and f"def {name}(" in cell.source
-    assert ("raise NotImplementedError" in cell.source) == (folder == "exercises")
-    assert "ga2" not in cell.source and "kvcache" not in cell.source     # the grader's sandbox has neither
-    assert "## Public checks" in nb.cells[-2].source
-    assert nb.cells[-1].source == f'from public_checks import run_checks\n\nrun_checks("{name}", {name})'
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    assert not any(f"{name}(" in c.source for c in nb.cells[2:-1] if c.cell_type == "code")
-
-
-def _function_from(path, name):
-    ns = {}
-    exec(answer_cell(nbformat.read(path, as_version=4)).source, ns)
-    return ns[name]
-
-
-@pytest.mark.parametrize("name", sorted(EXERCISES))
-def test_solutions_pass_and_starters_are_reported_not_implemented(name, capsys):
-    assert run_checks(name, _function_from(ROOT / "solutions" / f"{name}.ipynb", name))
-    assert not run_checks(name, _function_from(ROOT / "exercises" / f"{name}.ipynb", name))
-    assert "not implemented yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))

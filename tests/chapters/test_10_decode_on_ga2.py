@@ -7,16 +7,15 @@ without a Verilog simulator: it must build and say so.
 """
 import math
 import os
-import re
 import sys
 
 import nbformat
 import pytest
 
-from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, chapter_path, errors,
-                               execute, executed, glue_references, glued, self_check_pairs)
-from coursetools.answer_leaks import leaks_in_notebook
-from public_checks import evaluate, run_checks
+from chapter_notebooks import (ROOT, answer_cell, assert_glue_references_resolve, assert_prints_no_machine_answer,
+                               assert_shows_no_answer_and_links_its_exercises, assert_stored_bare_with_self_checks,
+                               chapter_path, errors, execute, executed, glue_references, glued, text_outputs)
+from public_checks import evaluate
 
 sys.path.insert(0, str(ROOT / "tests" / "ga2"))
 import published_figures  # noqa: E402  (the published figures, transcribed once)
@@ -63,11 +62,6 @@ EXACT_CH10 = {
     "ch10_st_largest": "int8 inputs and weights", "ch10_reproduced_stages": "reproduces",
     "ch10_reproduced_lengths": "also", "ch10_verilog_modules": "12",
 }
-
-
-def text_outputs(nb):
-    return "\n".join("".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
-                     for cell in nb.cells for out in cell.get("outputs", []))
 
 
 @pytest.fixture(scope="module")
@@ -276,25 +270,11 @@ def test_ch10_softmax_typical_against_worst(ch10):
 
 
 def test_the_chapter_shows_no_answer_but_links_its_exercise(ch10):
-    from coursetools.answer_leaks import describe, leaks_in_notebook
-    nb, _ = ch10
-    leaks = leaks_in_notebook(nb, "ch10")
-    assert not leaks, describe(leaks)
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    for name in EXERCISES:
-        assert f"[{name} exercise](../../exercises/{name}.ipynb)" in text
-        assert f"[{name}](../../exercises/{name}.ipynb)" in text
+    assert_shows_no_answer_and_links_its_exercises(ch10[0], "ch10", EXERCISES)
 
 
 def test_chapters_never_print_the_machines_answers(ch10):
-    """The engine's requantizer and tail builder are counterparts of the exercises: no cell prints
-    their source (no show_source of them, no inspect), and the Verilog of the requantizer stays off
-    the page."""
-    nb, _ = ch10
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "show_source" not in code and "getsource" not in code and "??" not in code
-    out = text_outputs(nb)
-    assert "module ga2_rq" not in out and "(p + h" not in out
+    assert_prints_no_machine_answer(ch10[0])
 
 
 def test_the_text_states_many_glued_figures():
@@ -302,53 +282,16 @@ def test_the_text_states_many_glued_figures():
 
 
 def test_the_committed_chapter_has_no_outputs_and_self_checks():
-    nb = nbformat.read(CH10, as_version=4)
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    pairs = self_check_pairs(nb)                # each answer a toggle right under its question
-    assert len(pairs) >= 5 and all(answered for _, answered in pairs), pairs
-    assert not re.search(r"\bseeds?\b", "\n".join(c.source for c in nb.cells), flags=re.IGNORECASE)
-
-
-def test_the_toc_has_a_part_for_the_two_chapters():
-    toc = (ROOT / "_toc.yml").read_text()
-    part = toc.index("caption: The decode step on a chip")
-    assert toc.index("book/chapters/04_memory_bound") < part < toc.index("book/chapters/09_ga2_machine") \
-        < toc.index("book/chapters/10_decode_on_ga2") < toc.index("caption: Appendix")
-    assert "exercises/requant" in toc and "exercises/attention_tail" in toc
+    assert_stored_bare_with_self_checks(CH10)
 
 
 # ---------------------------------------------------------------- exercise notebooks
-
-
-@pytest.mark.parametrize("name", sorted(EXERCISES))
-@pytest.mark.parametrize("folder", ["exercises", "solutions"])
-def test_exercise_notebook_form(name, folder):
-    nb = nbformat.read(ROOT / folder / f"{name}.ipynb", as_version=4)
-    assert nb.metadata["kvcourse"] == {"exercise": name, "chapter": EXERCISES[name]}
-    assert nb.cells[0].source.startswith(f"# Exercise: {name}")
-    assert f"python -m graders grade exercises/{name}.ipynb" in nb.cells[0].source
-    cell = answer_cell(nb)
-    assert cell is nb.cells[1] and f"def {name}(" in cell.source
-    assert ("raise NotImplementedError" in cell.source) == (folder == "exercises")
-    assert "ga2" not in cell.source and "kvcache" not in cell.source     # the grader's sandbox has neither
-    assert "## Public checks" in nb.cells[-2].source
-    assert nb.cells[-1].source == f'from public_checks import run_checks\n\nrun_checks("{name}", {name})'
-    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    assert not any(f"{name}(" in c.source for c in nb.cells[2:-1] if c.cell_type == "code")
 
 
 def _function_from(path, name):
     ns = {}
     exec(answer_cell(nbformat.read(path, as_version=4)).source, ns)
     return ns[name]
-
-
-@pytest.mark.parametrize("name", sorted(EXERCISES))
-def test_solutions_pass_and_starters_are_reported_not_implemented(name, capsys):
-    assert run_checks(name, _function_from(ROOT / "solutions" / f"{name}.ipynb", name))
-    assert not run_checks(name, _function_from(ROOT / "exercises" / f"{name}.ipynb", name))
-    assert "not implemented yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", sorted(EXERCISES))

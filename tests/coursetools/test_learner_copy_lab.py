@@ -18,15 +18,13 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from coursetools.lab_chapters import GLUE_ROLE, _format_plain, built_notebook
+from lab_server import QUIET, jupyterlab
 from test_learner_copy import _fill_answers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,12 +65,6 @@ KERNEL_JS = ("() => window.jupyterapp && jupyterapp.shell.currentWidget && jupyt
              " && jupyterapp.shell.currentWidget.sessionContext.session.kernel")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def copy_lab(learner_copy, tmp_path):
     """(the copy, JupyterLab's base URL): the copy's own JupyterLab, every notebook rendered at
@@ -80,44 +72,10 @@ def copy_lab(learner_copy, tmp_path):
     copy, python = learner_copy
     shutil.rmtree(copy / "exercises")
     shutil.copytree(copy.parent / "exercises-as-handed-out", copy / "exercises")     # nothing written yet
-    settings = tmp_path / "settings" / "@jupyterlab"
-    (settings / "apputils-extension").mkdir(parents=True)
-    (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    (settings / "notebook-extension").mkdir()
-    (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    settings = QUIET | {"notebook-extension/tracker": {"windowingMode": "none"}}
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MPLBACKEND", "JUPYTER_PATH")}
-    env.update(JUPYTER_CONFIG_DIR=str(tmp_path / "config"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               IPYTHONDIR=str(tmp_path / "ipython"))
-    port = _free_port()
-    command = [str(python), "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-               "--ServerApp.port_retries=0", "--ServerApp.token=", "--ServerApp.password=",
-               f"--ServerApp.root_dir={copy}", "--LabApp.expose_app_in_browser=True"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")
-    log = tmp_path / "jupyterlab.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(command, env=env, cwd=copy, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                urllib.request.urlopen(base + "api/status", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.3)
+    with jupyterlab(python, copy, tmp_path, env, 90, settings) as (base, _):
         yield copy, base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture

@@ -244,3 +244,21 @@ def test_evicting_layouts_refuse_grouped_formats_clearly(model, layout):
     options = {"window": 8, "sinks": 2} if layout == "window" else {"budget": 8, "recent": 4}
     with pytest.raises(ValueError, match="groups of tokens"):
         model.new_cache(1, 64, kind=layout, dtype="int4", **options)
+
+
+def test_serving_shares_quantized_prefix_blocks_and_preempts(model):
+    """Full blocks are quantized once and never written again: a request served from another's
+    cached prefix blocks, or recomputed after preemption, decodes as if served alone."""
+    from kvcache.serving import Request, serve
+    rng = np.random.default_rng(11)
+    shared = rng.integers(0, CONFIG["vocab_size"], 40).tolist()
+    prompts_ = [shared + rng.integers(0, CONFIG["vocab_size"], n).tolist() for n in (3, 9, 17, 1)]
+    alone = greedy(model, prompts_, 20, None, "paged", cache_dtype="int4")
+    preempted = {}
+    for sharing in (False, True):
+        result = serve(model, [Request(p, 20, None) for p in prompts_], block_size=16, num_blocks=12,
+                       prefix_sharing=sharing, cache_dtype="int4", preempt=True)
+        assert result.outputs == alone
+        preempted[sharing] = len(result.preempted_requests)
+    assert preempted[False] > 0                      # 12 blocks cannot hold the four at once
+    assert result.prefix.blocks_hit > 0

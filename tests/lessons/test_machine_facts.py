@@ -13,7 +13,8 @@ import itertools
 import pytest
 
 from lessons import bandwidth as bw
-from lessons.machine_facts import (MachineFacts, blas_threads_sentence, cgroup_cpu_limit, cgroup_memory,
+from lessons.machine_facts import (CacheLevel, MachineFacts, blas_threads_sentence, caches_in_words,
+                                   cgroup_cpu_limit, cgroup_memory,
                                    cpu_caches, cpu_model, describe_machine, facts_from_files,
                                    last_level_cache_bytes, mem_available_bytes, parse_cache_size, read_machine,
                                    usable_cpus)
@@ -90,6 +91,15 @@ def test_parse_size_and_cpu_caches():
     for c in cpu_caches():
         assert c.level >= 1 and c.size_bytes > 0
     assert cpu_caches("/nonexistent") == []
+
+
+def test_the_caches_in_words():
+    caches = [CacheLevel(1, "Data", 48 * KIB), CacheLevel(1, "Instruction", 32 * KIB),
+              CacheLevel(2, "Unified", 2 * MIB), CacheLevel(3, "Unified", 105 * MIB // 2)]
+    assert caches_in_words(caches) == ("L1 data 48 KiB, L1 instruction 32 KiB, L2 unified 2 MiB, "
+                                       "L3 unified 52.5 MiB")
+    assert caches_in_words([]) == "Linux does not report them"
+    assert caches_in_words() == caches_in_words(cpu_caches())
 
 
 def test_last_level_cache_is_positive_or_unknown():

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from lessons.memory import (GB, GIB, KIB, MIB, MODELS, ModelShape, bytes_per_token, format_bytes,
                             kv_cache_bytes, max_batch, max_tokens, sequences_in_budget,
-                            token_count_readings, values_stored_per_step)
+                            readings_grid, token_count_readings, values_stored_per_step)
 
 # The sources' figures, copied from them: the decoding-with-a-KV-cache exercise (the 4 GiB example),
 # the published GA-2 chapter ("How big is a cache?" / "Running example B") and the guide to LLM
@@ -107,6 +107,19 @@ def test_the_guides_19230_is_10_gb_over_0_00052_gb():
     assert hits[0]["spare_bytes"] == 10 * GB and hits[0]["per_token_bytes"] == 520_000
     exact = [r for r in rows if r["per_token_bytes"] == PUBLISHED_7B_BYTES_PER_TOKEN]
     assert all(r["tokens"] != PUBLISHED_A10_TOKENS for r in exact)
+
+
+def test_the_readings_laid_out_as_a_grid():
+    """Rows: the spare memory read three ways; columns: the bytes per token read four ways."""
+    rows, header = readings_grid(token_count_readings(PUBLISHED_7B_BYTES_PER_TOKEN))
+    assert header == ["spare | per token", "524,288 bytes (exact)", "0.5 MB = 500,000 bytes",
+                      "0.00052 GB = 520,000 bytes", "0.524 MB = 524,000 bytes"]
+    assert [row[0] for row in rows] == ["10 GB (24 GB - 14 GB)", "10 GiB", "24 GiB - 14 GB"]
+    assert rows[0][1:] == [19_073, 20_000, 19_230, 19_083]          # 10**10 // each reading, by hand
+    assert rows[1][1:] == [20_480, 21_474, 20_648, 20_491]          # 10 * 2**30 // each
+    made = [{"spare": "a", "per_token": "x", "tokens": 1}, {"spare": "b", "per_token": "x", "tokens": 3},
+            {"spare": "a", "per_token": "y", "tokens": 2}, {"spare": "b", "per_token": "y", "tokens": 4}]
+    assert readings_grid(made) == ([["a", 1, 2], ["b", 3, 4]], ["spare | per token", "x", "y"])
 
 
 def test_memory_budget_exercise():

@@ -16,19 +16,15 @@ site.  It takes about 20 s here (JupyterLab's start and the chapter's cells).
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from lab_server import jupyterlab
 from lessons.memory import kv_cache_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,63 +75,17 @@ BATCH_IS_JS = r"""
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def lab(tmp_path):
     """(base URL, log path) of a JupyterLab serving a copy of chapter 3; stopped afterwards."""
     root = tmp_path / "root"
     root.mkdir()
     shutil.copy(CHAPTER, root / CHAPTER.name)
-    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                           "checkForUpdates": False}))
-    env = dict(os.environ,
-               JUPYTER_PATH=str(Path(sys.prefix) / "share" / "jupyter"),  # this environment's kernel first
-               JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
-               JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               IPYTHONDIR=str(tmp_path / "ipython"))
+    env = dict(os.environ, JUPYTER_PATH=str(Path(sys.prefix) / "share" / "jupyter"))  # this environment's kernel first
     env.pop("MPLBACKEND", None)
-    port = free_port()
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--ServerApp.token=",
-               "--ServerApp.password=", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-               f"--LabApp.app_settings_dir={LAB_SETTINGS}"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")
-    log = tmp_path / "jupyterlab.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(command, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
-            try:
-                urllib.request.urlopen(base + "api/status", timeout=2)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not answer in {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}",
-                                pytrace=False)
-                time.sleep(0.3)
-        yield base, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with jupyterlab(sys.executable, root, tmp_path, env, START_TIMEOUT_S,
+                    args=[f"--LabApp.app_settings_dir={LAB_SETTINGS}"]) as served:
+        yield served
 
 
 @contextmanager
