@@ -61,6 +61,8 @@ Making the cache smaller (Part V), on the real model:
     speculative_sampling  the acceptance rule of speculative sampling (keep x ~ q with probability
                    min(1, p/q), else draw from max(0, p - q)) and its first token's frequencies
                    over many draws (chapter 15)
+    fewer_steps    speculative decoding measured beside the engine: passes of 1 to 16 tokens timed
+                   over one cache, prompt-lookup raced against plain greedy, the rollback (chapter 15)
 
 Nothing is imported here: a chapter imports ``lessons.machine_facts`` before numpy is loaded.
 """
