@@ -74,17 +74,35 @@ def _python_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if not SKIP_PARTS & set(p.parts))
 
 
+def _helpers_used(module: Path, exercises: Path) -> set[str]:
+    """The private helper modules (``graders/exercises/_*.py``) a hidden-test module imports, and
+    those they import in turn: ``from ._name import ...`` or ``from graders.exercises._name ...``."""
+    used: set[str] = set()
+    queue = [module]
+    while queue:
+        tree = ast.parse(queue.pop().read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            name = node.module.rsplit(".", 1)[-1] if node.module.startswith("graders.exercises.") \
+                else node.module if node.level == 1 else ""
+            if name.startswith("_") and name not in used and (exercises / f"{name}.py").is_file():
+                used.add(name)
+                queue.append(exercises / f"{name}.py")
+    return used
+
+
 def grader_files(exercise: str, root: Path) -> list[Path]:
-    """The grader's files for ``exercise``: every module of ``graders/`` but the other exercises'
-    hidden tests (``graders/exercises/_*.py`` are helpers every exercise may use), less
-    ``NOT_GRADING``."""
+    """The grader's files for ``exercise``: every module of ``graders/`` but the hidden tests of the
+    other exercises and the helpers only they use (``graders/exercises/_*.py`` ship with the
+    exercises that import them), less ``NOT_GRADING``."""
     exercises = root / "graders" / "exercises"
     if not (exercises / f"{exercise}.py").is_file():
         known = sorted(p.stem for p in exercises.glob("*.py") if not p.stem.startswith("_"))
         raise AutograderError(f"no exercise named {exercise!r}; the grader knows: {', '.join(known)}")
+    shipped = {exercise, "__init__"} | _helpers_used(exercises / f"{exercise}.py", exercises)
     return [p for p in _python_files(root / "graders")
-            if (p.parent != exercises and p.name not in NOT_GRADING) or p.stem.startswith("_")
-            or p.stem == exercise]
+            if (p.parent != exercises and p.name not in NOT_GRADING) or p.stem in shipped]
 
 
 def course_packages(exercise: str, root: Path, files: list[Path]) -> list[str]:

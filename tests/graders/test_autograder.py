@@ -110,6 +110,15 @@ def assert_same_scores(result: dict, local: dict) -> None:
 # ------------------------------------------------------------------------------- the package
 
 
+# The hidden tests' private helpers each exercise imports (and so its package ships): no other
+# exercise's hidden tests or helpers reach its package.
+HELPERS_USED = {
+    "kv_cache_bytes": ("_scalar",), "max_batch": ("_scalar",), "arithmetic_intensity": ("_scalar",),
+    "time_per_token": ("_scalar",), "prefill_time": ("_scalar",),
+    "attend_step": ("_decode_step",), "latent_attend_step": ("_decode_step",),
+}
+
+
 def test_each_zip_has_gradescopes_layout_and_only_its_exercises_hidden_tests(zips):
     requirements = {line.strip() for line in (ROOT / "requirements.txt").read_text().splitlines()}
     for exercise in GRADED:
@@ -120,8 +129,8 @@ def test_each_zip_has_gradescopes_layout_and_only_its_exercises_hidden_tests(zip
             assert modes["run_autograder"] & stat.S_IXUSR and modes["setup.sh"] & stat.S_IXUSR
             assert json.loads(archive.read("exercise.json")) == {"exercise": exercise}
             hidden = sorted(n for n in names if n.startswith("graders/exercises/"))
-            assert hidden == ["graders/exercises/__init__.py", "graders/exercises/_scalar.py",
-                              f"graders/exercises/{exercise}.py"]
+            helpers = [f"graders/exercises/{name}.py" for name in HELPERS_USED.get(exercise, ())]
+            assert hidden == sorted(["graders/exercises/__init__.py", *helpers, f"graders/exercises/{exercise}.py"])
             assert not any(n.split("/")[0] in ("solutions", "exercises", "tests", "kvcache", "coursebook",
                                                "public_checks", "book", "coursetools") for n in names)
             assert "course/catalogue.py" in names          # what the grader knows of the exercises
