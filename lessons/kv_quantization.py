@@ -127,63 +127,92 @@ def kept_parts(config: Config, kv_heads: int, head_dim: int, group: int = GROUP)
 
 class QuantizedAttention(ContiguousLayerCache):
     """A float32 layer cache for one teacher-forced pass that attends as a quantized cache of
-    ``config`` would at every step (module doc).  Only one sequence, only one prefill."""
+    ``config`` would at every step (module doc).  ``config`` may be a sequence of configurations,
+    one per row: the rows are then the same text, each read through its own cache, so that one
+    pass of the model judges several configurations (its matrix products are taken once for all
+    the rows).  Only one prefill, every row from position 0."""
 
-    def __init__(self, kv_heads, head_dim, max_len, config: Config, rope_base: float):
-        super().__init__(1, kv_heads, head_dim, max_len)
-        self.config, self.rope_base = config, rope_base
+    def __init__(self, kv_heads, head_dim, max_len, config, rope_base: float):
+        configs = (config,) if isinstance(config, Config) else tuple(config)
+        if not configs or not all(isinstance(c, Config) for c in configs):
+            raise ValueError(f"config must be a Config or a non-empty sequence of them, got {config!r}")
+        super().__init__(len(configs), kv_heads, head_dim, max_len)
+        self.configs, self.rope_base = configs, rope_base
 
-    def _quantized_kv(self, K: np.ndarray, V: np.ndarray):
-        c = self.config
+    @property
+    def config(self) -> Config:
+        """The first row's configuration (the only one of a one-row cache)."""
+        return self.configs[0]
+
+    def _quantized_kv(self, K: np.ndarray, V: np.ndarray, c: Config):
         if c.pre_rope:
             Kq = rotate(fake_quantize(unrotate(K, self.rope_base), c.bits, c.per), self.rope_base)
         else:
             Kq = fake_quantize(K, c.bits, c.per)
         return Kq, fake_quantize(V, c.bits, "token")
 
-    def quantized_mask(self, T: int) -> np.ndarray:
-        """(T, T) bool: query t reads key j quantized."""
+    def quantized_mask(self, T: int, config: Config | None = None) -> np.ndarray:
+        """(T, T) bool: query t reads key j quantized (``config``: the first row's by default)."""
+        c = self.config if config is None else config
         t = np.arange(T)[:, None]
         j = np.arange(T)[None, :]
         mask = np.ones((T, T), bool)
-        if self.config.window:
+        if c.window:
             mask = j < GROUP * ((t + 1) // GROUP)
-        if self.config.sink:
+        if c.sink:
             mask = mask & (j > 0)
         return mask
 
     def attend(self, q, plan):
-        """q (T, H, d) of the one prefill -> (T, H, d)."""
-        if plan.batch != 1 or int(plan.starts[0]) != 0:
-            raise ValueError("QuantizedAttention judges one prefill of one sequence")
-        K, V = self.keys(0).astype(np.float64), self.values(0).astype(np.float64)     # (G, T, d)
-        Kq, Vq = self._quantized_kv(K, V)
+        """q (B T, H, d) of the one prefill, row b's T queries after row b - 1's -> (B T, H, d)."""
+        if np.any(plan.starts != 0):
+            raise ValueError("QuantizedAttention judges one prefill of each row, from position 0")
+        out = np.empty_like(q)
+        for b, c in enumerate(self.configs):
+            lo, hi = int(plan.offsets[b]), int(plan.offsets[b + 1])
+            out[lo:hi] = self._attend_row(q[lo:hi], b, c)
+        return out
+
+    def _attend_row(self, q, row: int, c: Config):
+        """Row ``row``'s T queries (T, H, d), every head at once: softmax(q k^T / sqrt(d)) over
+        the causal keys, each key and value read quantized where the mask says, exact elsewhere.
+        Quantized in float64, attended in float32 as the model's own attention is."""
+        K, V = self.keys(row).astype(np.float64), self.values(row).astype(np.float64)   # (G, T, d)
+        Kq, Vq = (a.astype(np.float32) for a in self._quantized_kv(K, V, c))
+        K, V = K.astype(np.float32), V.astype(np.float32)
         T, H, d = q.shape
         G = K.shape[0]
-        mask = self.quantized_mask(T)
+        qg = q.reshape(T, G, H // G, d).transpose(1, 2, 0, 3)          # (G, H/G, T, d): heads of a group
         causal = np.tril(np.ones((T, T), bool))
-        out = np.empty((T, H, d))
-        for h in range(H):
-            g = h // (H // G)
-            qh = q[:, h].astype(np.float64)
-            scores = np.where(mask, qh @ Kq[g].T, qh @ K[g].T) / np.sqrt(d)
-            scores = np.where(causal, scores, -np.inf)
-            w = np.exp(scores - scores.max(axis=1, keepdims=True))
-            w /= w.sum(axis=1, keepdims=True)
-            out[:, h] = np.where(mask, w, 0) @ Vq[g] + np.where(mask, 0, w) @ V[g]
-        return out.astype(q.dtype)
+        mask = self.quantized_mask(T, c) & causal                       # keys read quantized
+        exact = causal & ~mask                                          # keys read exactly
+        scores = qg @ Kq[:, None].swapaxes(-1, -2)                      # (G, H/G, T, T)
+        if exact.any():
+            scores = np.where(mask, scores, qg @ K[:, None].swapaxes(-1, -2))
+        scores = np.where(causal, scores / np.float32(np.sqrt(d)), -np.inf)
+        w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        w /= w.sum(axis=-1, keepdims=True)
+        o = (w * mask) @ Vq[:, None]
+        if exact.any():
+            o += (w * exact) @ V[:, None]
+        return o.transpose(2, 0, 1, 3).reshape(T, H, d).astype(q.dtype)
 
 
-def quantized_logits(model, ids, config: Config) -> np.ndarray:
-    """The logits (T, V) of one teacher-forced pass over ``ids`` through caches of ``config``."""
+def quantized_logits(model, ids, config) -> np.ndarray:
+    """The logits (T, V) of one teacher-forced pass over ``ids`` through caches of ``config``;
+    with a sequence of configurations, (n, T, V): row i through caches of configs[i], all in one
+    pass of the model."""
     cfg = model.config
+    rows = 1 if isinstance(config, Config) else len(config)
     layers = [QuantizedAttention(cfg.num_key_value_heads, cfg.head_dim, len(ids), config, cfg.rope_theta)
               for _ in range(cfg.num_hidden_layers)]
-    return model.forward(np.asarray(ids), [len(ids)], KVCache(layers, "contiguous"), every_token=True)
+    logits = model.forward(np.tile(np.asarray(ids), rows), [len(ids)] * rows, KVCache(layers, "contiguous"),
+                           every_token=True)
+    return logits if isinstance(config, Config) else logits.reshape(rows, len(ids), -1)
 
 
 def first_within(judged, reference_perplexity: float, margin: float = 0.1):
-    """The judgement with the fewest bytes a token whose perplexity is within ``margin`` of the
-    reference's, or None."""
+    """The judgement with the fewest bytes a token whose perplexity is at most ``margin`` above
+    the reference's (a perplexity below it loses nothing), or None; the first of a tie."""
     close = [j for j in judged if j.perplexity - reference_perplexity <= margin]
     return min(close, key=lambda j: j.bytes_per_token, default=None)
