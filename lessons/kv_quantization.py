@@ -31,7 +31,7 @@ from .harness import Kept
 
 __all__ = ["Config", "GROUP", "capture_kv", "channel_peaks", "row_peak_to_median", "unrotate",
            "fake_quantize", "key_error", "kept_parts", "QuantizedAttention", "quantized_logits",
-           "first_within"]
+           "first_within", "pairs_won"]
 
 GROUP = 32          # tokens per group of a channel's scale (KIVI's)
 
@@ -46,6 +46,14 @@ class Config:
     pre_rope: bool = False
     window: bool = True
     sink: bool = True
+
+    @property
+    def key(self) -> str:
+        """A short name: bits, t(oken) or c(hannel), a(fter) or b(efore) RoPE, and what is kept in
+        full precision: w(indow and sink), n(othing), r (the recent window only), s (the sink only):
+        "4cbw"."""
+        kept = {(True, True): "w", (False, False): "n", (True, False): "r", (False, True): "s"}[self.window, self.sink]
+        return f"{self.bits}{self.per[0]}{'b' if self.pre_rope else 'a'}{kept}"
 
     @property
     def name(self) -> str:
@@ -95,15 +103,19 @@ def row_peak_to_median(x: np.ndarray) -> float:
 
 def fake_quantize(x: np.ndarray, bits: int, per: str, group: int = GROUP) -> np.ndarray:
     """x (G, T, d) through b-bit codes and back: per "token" (each row's d numbers share a scale)
-    or per "channel" (each channel's numbers within a group of ``group`` tokens share one)."""
+    or per "channel" (each channel's numbers within a group of ``group`` tokens share one).
+    ``quantize_kv`` reduces one axis, whatever the others: every head's rows at once (axis 2),
+    every head's whole groups at once (axis 2 of (G, T / g, g, d)), then the last, shorter group."""
+    if per == "token":
+        return dequantize_kv(*quantize_kv(x, bits, 2))
+    G, T, d = x.shape
+    full = (T // group) * group
     out = np.empty_like(x, dtype=np.float64)
-    for h in range(x.shape[0]):
-        if per == "token":
-            out[h] = dequantize_kv(*quantize_kv(x[h], bits, 1))
-            continue
-        for start in range(0, x.shape[1], group):
-            part = x[h, start: start + group]
-            out[h, start: start + group] = dequantize_kv(*quantize_kv(part, bits, 0))
+    if full:
+        groups = x[:, :full].reshape(G, T // group, group, d)
+        out[:, :full] = dequantize_kv(*quantize_kv(groups, bits, 2)).reshape(G, full, d)
+    if full < T:
+        out[:, full:] = dequantize_kv(*quantize_kv(x[:, full:], bits, 1))
     return out
 
 
@@ -173,29 +185,52 @@ class QuantizedAttention(ContiguousLayerCache):
             out[lo:hi] = self._attend_row(q[lo:hi], b, c)
         return out
 
+    def exact_blocks(self, T: int, config: Config | None = None) -> list[tuple[slice, slice]]:
+        """Where queries read keys exactly, as disjoint (query rows, key columns) blocks whose
+        causal part is the complement of ``quantized_mask``: with the window, the rows t with
+        floor((t + 1) / g) = m read columns g m .. g m + g - 1 (their unfinished group); the sink,
+        column 0 for the rows no window block covers it for."""
+        c = self.config if config is None else config
+        blocks = []
+        if c.window:
+            for m in range((T + GROUP) // GROUP):
+                rows = slice(max(GROUP * m - 1, 0), min(GROUP * m + GROUP - 1, T))
+                if rows.start < rows.stop and GROUP * m < T:
+                    blocks.append((rows, slice(GROUP * m, min(GROUP * m + GROUP, T))))
+        if c.sink:
+            first = GROUP - 1 if c.window else 0                 # rows 0 .. g - 2 read column 0 in block 0
+            if first < T:
+                blocks.append((slice(first, T), slice(0, 1)))
+        return blocks
+
     def _attend_row(self, q, row: int, c: Config):
         """Row ``row``'s T queries (T, H, d), every head at once: softmax(q k^T / sqrt(d)) over
-        the causal keys, each key and value read quantized where the mask says, exact elsewhere.
+        the causal keys, keys and values read quantized except in the exact blocks (there, the
+        scores are recomputed with the exact keys and the weights also multiply V - V_q).
         Quantized in float64, attended in float32 as the model's own attention is."""
-        K, V = self.keys(row).astype(np.float64), self.values(row).astype(np.float64)   # (G, T, d)
-        Kq, Vq = (a.astype(np.float32) for a in self._quantized_kv(K, V, c))
-        K, V = K.astype(np.float32), V.astype(np.float32)
+        K, V = self.keys(row), self.values(row)                                      # (G, T, d)
+        Kq, Vq = (a.astype(np.float32) for a in self._quantized_kv(K.astype(np.float64), V.astype(np.float64), c))
         T, H, d = q.shape
         G = K.shape[0]
         qg = q.reshape(T, G, H // G, d).transpose(1, 2, 0, 3)          # (G, H/G, T, d): heads of a group
-        causal = np.tril(np.ones((T, T), bool))
-        mask = self.quantized_mask(T, c) & causal                       # keys read quantized
-        exact = causal & ~mask                                          # keys read exactly
-        scores = qg @ Kq[:, None].swapaxes(-1, -2)                      # (G, H/G, T, T)
-        if exact.any():
-            scores = np.where(mask, scores, qg @ K[:, None].swapaxes(-1, -2))
-        scores = np.where(causal, scores / np.float32(np.sqrt(d)), -np.inf)
-        w = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        blocks = self.exact_blocks(T, c)
+        w = qg @ Kq[:, None].swapaxes(-1, -2)                           # scores (G, H/G, T, T)
+        for rows, cols in blocks:
+            w[:, :, rows, cols] = qg[:, :, rows] @ K[:, None, cols].swapaxes(-1, -2)
+        w *= np.float32(1 / np.sqrt(d))
+        w += _causal_bias(T)
+        w -= w.max(axis=-1, keepdims=True)
+        np.exp(w, out=w)
         w /= w.sum(axis=-1, keepdims=True)
-        o = (w * mask) @ Vq[:, None]
-        if exact.any():
-            o += (w * exact) @ V[:, None]
+        o = w @ Vq[:, None]                                             # (G, H/G, T, d)
+        for rows, cols in blocks:
+            o[:, :, rows] += w[:, :, rows, cols] @ (V - Vq)[:, None, cols]
         return o.transpose(2, 0, 1, 3).reshape(T, H, d).astype(q.dtype)
+
+
+def _causal_bias(T: int) -> np.ndarray:
+    """(T, T) float32: 0 where key j <= query t, -inf after (added to the scores)."""
+    return np.where(np.tril(np.ones((T, T), bool)), np.float32(0), np.float32(-np.inf))
 
 
 def quantized_logits(model, ids, config) -> np.ndarray:
@@ -213,6 +248,17 @@ def quantized_logits(model, ids, config) -> np.ndarray:
 
 def first_within(judged, reference_perplexity: float, margin: float = 0.1):
     """The judgement with the fewest bytes a token whose perplexity is at most ``margin`` above
-    the reference's (a perplexity below it loses nothing), or None; the first of a tie."""
+    the reference's (a perplexity below it loses nothing), or None; of caches keeping the same
+    bytes, the one with the lowest mean KL."""
     close = [j for j in judged if j.perplexity - reference_perplexity <= margin]
-    return min(close, key=lambda j: j.bytes_per_token, default=None)
+    return min(close, key=lambda j: (j.bytes_per_token, j.kl_mean), default=None)
+
+
+def pairs_won(configs, judged, changed, same) -> int:
+    """Of the pairs of caches that differ in one choice only, how many the side where
+    ``changed(config)`` is True has the lower mean KL in; ``same(config)`` is what a pair shares
+    (every other choice).  configs and judged side by side; pairs with one side missing are left out."""
+    pairs: dict = {}
+    for c, j in zip(configs, judged):
+        pairs.setdefault(same(c), {})[bool(changed(c))] = j.kl_mean
+    return sum(p[True] < p[False] for p in pairs.values() if len(p) == 2)
