@@ -19,7 +19,7 @@ KEY_STYLES = {("token", False): ("o", "#b5452b", "keys per token, after RoPE"),
 
 def draw_grid(configs, judged, full, margin: float = 0.1, width: float = 7.6):
     """configs and their judgements (``lessons.harness.Judgement``) side by side; ``full`` the
-    float32 cache's judgement.  Two panels sharing the bytes axis (log scale)."""
+    float32 cache's judgement.  Two panels sharing the bytes axis."""
     import matplotlib.pyplot as plt
 
     fig, (kl_ax, ppl_ax) = plt.subplots(1, 2, figsize=(width, 4.6), sharex=True)
@@ -44,10 +44,9 @@ def draw_grid(configs, judged, full, margin: float = 0.1, width: float = 7.6):
                 fontsize=8, color="#555555")
     ppl_ax.set_ylabel("perplexity - float32's")
     for ax in (kl_ax, ppl_ax):
-        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(lambda value, _: f"{value:,.0f}")
         ax.set_xlabel("cache bytes per token")
         ax.grid(True, which="major", alpha=0.3)
     handles, labels = kl_ax.get_legend_handles_labels()
-    fig.subplots_adjust(left=0.1, right=0.98, top=0.97, bottom=0.36, wspace=0.32)
-    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7.5, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=7.5, frameon=False)
     return fig
