@@ -86,6 +86,24 @@ def test_the_speed_words_follow_the_measured_ratios(ch15):
     assert all(x > 0 for x in ratios)
 
 
+def test_the_engines_policy_checks_fewer_draft_tokens_on_the_story_and_its_words_follow(ch15):
+    _, g = ch15
+    assert g["ch15_pol_same"] is True                              # every policy: greedy's tokens
+    # the story: single recurring tokens draft under transformers' policy, not under the engine's
+    assert 0 <= g["ch15_pol_engine_proposed"] < g["ch15_pol_every_proposed"]
+    assert 0 <= g["ch15_pol_engine_wasted"] <= g["ch15_pol_every_wasted"]
+    engine, every = g["ch15_pol_engine_speedup_exact"], g["ch15_pol_every_speedup_exact"]
+    assert engine > 0 and every > 0
+    assert g["ch15_pol_engine_speedup"] == f"{engine:.2f}" and g["ch15_pol_every_speedup"] == f"{every:.2f}"
+    assert g["ch15_pol_words"] == ("raises" if engine > every else "does not raise")
+    assert number(g["ch15_pol_cost11"]) > 0
+    # the summary copies the passage: its drafts are kept under both policies, in fewer passes
+    # than tokens
+    assert g["ch15_pol_sum_engine_accepted"] > 0 and g["ch15_pol_sum_every_accepted"] > 0
+    assert g["ch15_pol_sum_engine_passes"] < g["ch15_sum_tokens"]
+    assert g["ch15_pol_sum_every_passes"] < g["ch15_sum_tokens"]
+
+
 def test_the_rollback_counts_by_hand(ch15):
     _, g = ch15
     # contiguous: a prompt of 6, a pass over 1 + 3, the last token and 1 draft token kept
@@ -132,7 +150,7 @@ def test_the_page_states_its_time_sources_and_text(ch15):
     assert 0 < number(g["ch15_seconds"]) < 3600
     text = markdown(nb)
     for needed in ("arXiv\n2211.17192", "arXiv 2302.01318", "prompt_lookup_num_tokens", "(1 - a^{k+1}) / (1 - a)",
-                   "{glue:text}`ch15_load_start`", "PagedKVCache.check"):
+                   "{glue:text}`ch15_load_start`", "PagedKVCache.check", "`min_ngram=2`", "prompt_lookup_min"):
         assert needed in text, needed
 
 
