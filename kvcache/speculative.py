@@ -27,19 +27,23 @@ step costs).  The draft is also cut so that no step goes past ``max_new_tokens``
 
 A wrong draft is not free: a pass over k + 1 tokens multiplies each weight matrix by k + 1
 rows, a matrix product where a decode step has a matrix-vector one, and costs about three decode
-steps on a CPU (bench/bench_speculative.py; the output layer alone, 49,152 x 576, takes about
-four times as long for two rows as for one).  On open-ended text the lookup still finds matches
-(a 1-gram almost always recurs, a 2-gram often) whose continuations the model rejects, and each
-such draft costs two decode steps for nothing.  So the engine drafts only on good evidence, and
-asks for more after a miss (the back-off):
+steps on a CPU (the output layer alone, 49,152 x 576, takes about four times as long for two
+rows as for one).  Two things keep that cost rare and small:
 
-* a draft needs a match of at least ``min_ngram`` tokens (default 2: a lone recurring token
-  says little about what follows it);
-* after a wholly rejected draft the sequence skips drafting for the next s steps, s = 1, 2, 4,
-  .. up to ``max_skip`` while rejections follow one another, and then drafts only from a match of
-  ``max_ngram`` tokens, the longest looked up;
-* as soon as a draft has a token accepted, both are undone: drafting at every step, from matches
-  of ``min_ngram`` tokens.
+* the output layer runs on each sequence's first row (its last token) first, and on the rows of
+  its draft only when the draft's first token is greedy's (``_predict``): a draft rejected at
+  its first token pays the layers' multi-row products but only one row of the output layer;
+* on open-ended text the lookup still finds matches (a 1-gram almost always recurs, a 2-gram
+  often) whose continuations the model rejects, so the engine drafts only on good evidence,
+  and asks for more after a miss (the back-off):
+
+  - a draft needs a match of at least ``min_ngram`` tokens (default 2: a lone recurring token
+    says little about what follows it);
+  - after a wholly rejected draft the sequence skips drafting for the next s steps, s = 1, 2,
+    4, .. up to ``max_skip`` while rejections follow one another, and then drafts only from a
+    match of ``max_ngram`` tokens, the longest looked up;
+  - as soon as a draft has a token accepted, both are undone: drafting at every step, from
+    matches of ``min_ngram`` tokens.
 
 ``max_skip=0`` turns the back-off off (draft at every step, from matches of ``min_ngram`` or
 more); with ``min_ngram=1`` too, the drafts are transformers' own.  The policy changes which
@@ -237,9 +241,9 @@ def _verify(model, kv, last_tokens, drafts, counters) -> tuple[list[list[int]], 
     tokens = np.concatenate([[t, *d] for t, d in zip(last_tokens, drafts)]).astype(np.int64)
     counts = np.array([1 + len(d) for d in drafts], np.int64)
     starts = np.asarray(kv.lengths).copy()
-    predicted = np.argmax(model.forward(tokens, counts, kv, every_token=True), axis=-1)    # (N,)
-    counters["forward_passes"] += 1
     offsets = np.concatenate([[0], np.cumsum(counts)])
+    predicted = _predict(model, kv, tokens, counts, offsets, drafts)                      # (N,)
+    counters["forward_passes"] += 1
     emitted, kept = [], []
     for row, d in enumerate(drafts):
         p = predicted[offsets[row]: offsets[row + 1]]                    # (1 + k,)
@@ -249,6 +253,28 @@ def _verify(model, kv, last_tokens, drafts, counters) -> tuple[list[list[int]], 
         counters["proposed"] += len(d)
         counters["accepted"] += a
     return emitted, kept
+
+
+def _predict(model, kv, tokens, counts, offsets, drafts) -> np.ndarray:
+    """Greedy's token after each of the pass's tokens, (N,), where it can matter.
+
+    The output layer (V x D, the largest matrix) costs a multi-row product over every checked
+    token; but a draft whose first token is wrong needs only the first row's logits.  So the
+    rows of every sequence's last token go first (one row at batch 1: the matrix-vector product
+    of a decode step), and the rows after it only for sequences whose first draft token is
+    greedy's; the others' predictions stay -1, past the accepted prefix, never read.  A model
+    without ``forward_hidden`` gives every row's logits at once."""
+    if not hasattr(model, "forward_hidden"):
+        return np.argmax(model.forward(tokens, counts, kv, every_token=True), axis=-1)
+    hidden = model.forward_hidden(tokens, counts, kv)                                     # (N, D)
+    first = offsets[:-1]
+    predicted = np.full(len(tokens), -1, np.int64)
+    predicted[first] = np.argmax(model.head(hidden[first]), axis=-1)
+    rest = np.concatenate([np.arange(o + 1, o + 1 + len(d)) for o, d in zip(first, drafts)
+                           if len(d) and d[0] == predicted[o]] or [np.zeros(0, np.int64)]).astype(np.int64)
+    if len(rest):
+        predicted[rest] = np.argmax(model.head(hidden[rest]), axis=-1)
+    return predicted
 
 
 def _draft(sequence: np.ndarray, room: int, num_draft_tokens: int, max_ngram: int, min_ngram: int | None,

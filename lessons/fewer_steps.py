@@ -59,10 +59,12 @@ def weight_bytes(cfg, bytes_per_param: int = 4) -> int:
     return bytes_per_param * sum(math.prod(s) for s in hf_parameter_shapes(cfg).values())
 
 
-def pass_seconds(model, ids, sizes, repeats: int = 3) -> dict[int, float]:
+def pass_seconds(model, ids, sizes, repeats: int = 3, first_row_only: bool = False) -> dict[int, float]:
     """The fastest of ``repeats`` forward passes of n new tokens (every token's logits, as a
     verification needs) after the prompt ``ids``, for each n in ``sizes``: the cache is filled
-    once, and each pass is rolled back (cropped) so that every pass sees the same cache."""
+    once, and each pass is rolled back (cropped) so that every pass sees the same cache.
+    ``first_row_only``: the output layer on the first new token only, what the engine computes
+    for a draft rejected at its first token (``Model.forward_hidden``, then ``Model.head``)."""
     ids = np.asarray(ids, np.int64)
     kv = model.new_cache(1, len(ids) + max(sizes))
     model.prefill([ids], kv)
@@ -72,7 +74,10 @@ def pass_seconds(model, ids, sizes, repeats: int = 3) -> dict[int, float]:
         best = float("inf")
         for _ in range(repeats + 1):                 # the first pass warms up
             start = time.perf_counter()
-            model.forward(tokens[:n], np.array([n]), kv, every_token=True)
+            if first_row_only:
+                model.head(model.forward_hidden(tokens[:n], np.array([n]), kv)[:1])
+            else:
+                model.forward(tokens[:n], np.array([n]), kv, every_token=True)
             best = min(best, time.perf_counter() - start)
             kv.crop(len(ids))
         out[n] = best
@@ -235,10 +240,17 @@ class _PassRecorder:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def forward(self, tokens, counts, kv, every_token=False):
+    def _record(self, counts, kv):
         self.passes.append({"before": np.asarray(kv.lengths).tolist(), "checked": np.asarray(counts).tolist(),
                             "kept": None})
+
+    def forward(self, tokens, counts, kv, every_token=False):
+        self._record(counts, kv)
         return self.model.forward(tokens, counts, kv, every_token=every_token)
+
+    def forward_hidden(self, tokens, counts, kv):
+        self._record(counts, kv)
+        return self.model.forward_hidden(tokens, counts, kv)
 
     def after_rollback(self, kv):
         self.passes[-1]["kept"] = [int(a) - b for a, b in zip(np.asarray(kv.lengths), self.passes[-1]["before"])]
@@ -291,14 +303,20 @@ class PolicyRun:
         """Passes whose draft was wholly rejected: several tokens checked, one kept."""
         return sum(c > 1 and k == 1 for c, k in zip(self.checked, self.kept))
 
-    def cost(self, seconds: dict) -> float:
-        """The passes after the prefill, in one-token passes: sum of pass_cost(checked)."""
-        return sum(pass_cost(n, seconds) for n in self.checked)
+    def cost(self, seconds: dict, rejected_seconds: dict | None = None) -> float:
+        """The passes after the prefill, in one-token passes: sum of pass_cost(checked), a wholly
+        rejected draft's pass priced from ``rejected_seconds`` when given (the output layer on
+        its first row only), both relative to seconds[1]."""
+        def price(n, kept):
+            if rejected_seconds is None or n == 1 or kept > 1:
+                return pass_cost(n, seconds)
+            return pass_cost(n, rejected_seconds) * rejected_seconds[min(rejected_seconds)] / seconds[min(seconds)]
+        return sum(price(n, k) for n, k in zip(self.checked, self.kept))
 
-    def speedup(self, seconds: dict) -> float:
+    def speedup(self, seconds: dict, rejected_seconds: dict | None = None) -> float:
         """Plain greedy's passes after the prefill (one per token but the first) over this run's
         cost, both in one-token passes: the speed-up the measured pass times predict."""
-        return (len(self.output) - 1) / self.cost(seconds)
+        return (len(self.output) - 1) / self.cost(seconds, rejected_seconds)
 
 
 def pass_cost(n: int, seconds: dict) -> float:

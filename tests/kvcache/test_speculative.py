@@ -210,6 +210,25 @@ class Scripted:
         return self._logits(range(start, start + len(tokens)))
 
 
+class ScriptedHidden(Scripted):
+    """Scripted, with the engine's split of a pass (``forward_hidden``, then ``head`` on the rows
+    wanted): a hidden state is its position; records how many rows each ``head`` call takes."""
+
+    def __init__(self, prompt, reply, vocab_size=20):
+        super().__init__(prompt, reply, vocab_size)
+        self.head_rows = []
+
+    def forward_hidden(self, tokens, counts, kv):
+        start = int(kv.lengths[0])
+        kv.lengths[0] += len(tokens)
+        self.checked.append(len(tokens))
+        return np.arange(start, start + len(tokens))[:, None]
+
+    def head(self, hidden):
+        self.head_rows.append(len(hidden))
+        return self._logits(hidden[:, 0].tolist())
+
+
 # the prompt, and a reply in which a 1-gram, 2-grams and a 3-gram of the text recur
 PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
 REPLY = [1, 2, 9, 10, 3, 4, 11, 1, 2, 3, 4, 5, 6, 12]
@@ -222,12 +241,21 @@ def test_the_back_off_drafts_from_longer_matches_after_a_rejection():
     drafts only from 3-gram matches: P + [.., 10, 3, 4] has the 2-gram [3, 4] but no draft; P +
     [.., 11, 1, 2, 3] has the 3-gram [1, 2, 3]: draft 4 5 6 (the room left before the 14th
     token), all accepted."""
-    model = Scripted(PROMPT, REPLY)
-    stats = {}
-    assert speculative.greedy(model, [PROMPT], len(REPLY), num_draft_tokens=4, stats=stats) == [REPLY]
-    assert model.checked == [1, 5, 1, 1, 1, 1, 1, 1, 1, 4]
-    counts = {key: stats[key] for key in ("forward_passes", "proposed", "accepted", "tokens")}
-    assert counts == {"forward_passes": 11, "proposed": 7, "accepted": 3, "tokens": 14}
+    for model in (Scripted(PROMPT, REPLY), ScriptedHidden(PROMPT, REPLY)):
+        stats = {}
+        assert speculative.greedy(model, [PROMPT], len(REPLY), num_draft_tokens=4, stats=stats) == [REPLY]
+        assert model.checked == [1, 5, 1, 1, 1, 1, 1, 1, 1, 4]
+        counts = {key: stats[key] for key in ("forward_passes", "proposed", "accepted", "tokens")}
+        assert counts == {"forward_passes": 11, "proposed": 7, "accepted": 3, "tokens": 14}
+
+
+def test_the_output_layer_reads_past_a_draft_only_when_its_first_token_is_right():
+    """The passes of the test above, split: the rejected draft (3 4 5 6, where the reply says 9)
+    takes the output layer for its first row only; the accepted one (4 5 6) for all 4 rows, the
+    first, then the 3 after it."""
+    model = ScriptedHidden(PROMPT, REPLY)
+    assert speculative.greedy(model, [PROMPT], len(REPLY), num_draft_tokens=4) == [REPLY]
+    assert model.head_rows == [1] * 9 + [1, 3]
 
 
 def test_without_back_off_every_step_drafts_from_its_match():
@@ -313,6 +341,21 @@ def test_every_token_logits_are_each_positions():
 
 
 # ---------------------------------------------------------------------- the CLI
+
+
+def test_hidden_states_then_the_output_layer_are_every_tokens_logits():
+    kv, again = MODEL.new_cache(2, 12), MODEL.new_cache(2, 12)
+    for cache in (kv, again):
+        MODEL.prefill([[3, 3], [4]], cache)
+    tokens, counts = np.array([2, 7, 1, 1, 5]), np.array([3, 2])
+    hidden = MODEL.forward_hidden(tokens, counts, kv)
+    assert hidden.shape == (5, CONFIG["hidden_size"]) and kv.lengths.tolist() == [5, 3]
+    logits = MODEL.forward(tokens, counts, again, every_token=True)
+    np.testing.assert_allclose(MODEL.head(hidden), logits, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(MODEL.head(hidden[3:4]), logits[3:4], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="5 tokens given for counts summing to 4"):
+        MODEL.forward_hidden(tokens, np.array([2, 2]), kv)
+    assert kv.lengths.tolist() == [5, 3]                             # nothing written
 
 
 def test_cli_prompt_lookup_prints_the_acceptance(capsys):

@@ -38,6 +38,8 @@ def test_a_pass_of_each_size_is_timed_over_the_same_cache():
     model = fs.small_model()
     seconds = fs.pass_seconds(model, np.arange(7) % 12, [1, 2, 4], repeats=1)
     assert sorted(seconds) == [1, 2, 4] and all(t > 0 for t in seconds.values())
+    seconds = fs.pass_seconds(model, np.arange(7) % 12, [1, 2, 4], repeats=1, first_row_only=True)
+    assert sorted(seconds) == [1, 2, 4] and all(t > 0 for t in seconds.values())
 
 
 def test_the_paged_rollback_story():
@@ -78,6 +80,10 @@ def test_a_policy_run_counts_its_drafts_and_prices_its_passes():
     seconds = {1: 1.0, 2: 2.0, 4: 2.0, 8: 3.0}
     assert run.cost(seconds) == pytest.approx(1 + 2.25 + 1 + 2 + 1)     # t(5) a quarter from 4 to 8
     assert run.speedup(seconds) == pytest.approx(8 / 7.25)
+    # the wholly rejected pass of 5 priced at the first-row-only times: a quarter from 1.5 to 2.5
+    rejected = {1: 1.0, 4: 1.5, 8: 2.5}
+    assert run.cost(seconds, rejected) == pytest.approx(1 + 1.75 + 1 + 2 + 1)
+    assert run.speedup(seconds, rejected) == pytest.approx(8 / 6.75)
 
 
 def test_the_policies_give_greedys_tokens_and_the_engines_checks_fewer_draft_tokens():
