@@ -131,15 +131,16 @@ def _check_options(num_draft_tokens, max_ngram, min_ngram, stats, cache):
 
 def greedy(model, prompts, max_new_tokens: int, eos_token_id=None, cache: str = "contiguous",
            num_draft_tokens: int = 10, max_ngram: int = 3, stats: dict | None = None, *,
-           min_ngram: int = 2, max_skip: int = 32, cache_dtype=None, after_rollback: Callable[[KVCache], None] | None = None,
+           min_ngram: int = 2, max_skip: int = 32, cache_dtype=None,
+           after_rollback: Callable[[KVCache], None] | None = None,
            **cache_options) -> list[list[int]]:
     """Greedy decoding with prompt-lookup drafts: the same lists of new token ids as
     ``kvcache.generate.greedy(model, prompts, max_new_tokens, eos_token_id, cache)``.
 
     ``num_draft_tokens`` caps each draft (0: plain greedy decoding, one token a pass);
     ``max_ngram`` is the longest n-gram looked up and ``min_ngram`` the shortest a draft may
-    come from (at most ``max_ngram``); ``max_skip`` bounds the back-off after rejected drafts (0: no back-off; see the
-    module doc).  ``cache`` is the layout ("contiguous" or
+    come from (at most ``max_ngram``); ``max_skip`` bounds the back-off after rejected drafts
+    (0: no back-off; see the module doc).  ``cache`` is the layout ("contiguous" or
     "paged"; ``block_size`` and ``num_blocks`` go to the paged one, whose pool must hold the
     batch: no preemption here), ``cache_dtype`` its storage.  ``stats`` (a dict) receives
     ``forward_passes``, ``proposed``, ``accepted`` and ``tokens``; ``after_rollback(cache)``,

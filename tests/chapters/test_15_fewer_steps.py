@@ -49,6 +49,9 @@ def test_the_pass_times_and_their_words_agree(ch15):
     assert g["ch15_r16_words"] == ("less than the 16 steps it replaces" if r16 < 16 else
                                    "no less than the 16 steps it replaces")
     assert number(g["ch15_load_passes"]) >= 0
+    # the same passes with the output layer on the first row only, as for a draft rejected at once
+    assert g["ch15_first8_exact"] > 0 and g["ch15_first8"] == f"{g['ch15_first8_exact']:.1f}"
+    assert g["ch15_r8"] == f"{g['ch15_r8_exact']:.1f}"
     r16_r2 = g["ch15_r16_r2_exact"]
     assert g["ch15_r16_r2"] == f"{r16_r2:.1f}"
     assert g["ch15_r2_words"] == ("the pass stays close to the time of reading the weights once" if r16_r2 < 4
@@ -96,7 +99,7 @@ def test_the_engines_policy_checks_fewer_draft_tokens_on_the_story_and_its_words
     assert engine > 0 and every > 0
     assert g["ch15_pol_engine_speedup"] == f"{engine:.2f}" and g["ch15_pol_every_speedup"] == f"{every:.2f}"
     assert g["ch15_pol_words"] == ("raises" if engine > every else "does not raise")
-    assert number(g["ch15_pol_cost11"]) > 0
+    assert number(g["ch15_pol_cost11"]) > 0 and number(g["ch15_pol_rejected11"]) > 0
     # the summary copies the passage: its drafts are kept under both policies, in fewer passes
     # than tokens
     assert g["ch15_pol_sum_engine_accepted"] > 0 and g["ch15_pol_sum_every_accepted"] > 0
