@@ -162,6 +162,7 @@ def test_the_grid_counts_and_bests_are_its_numbers(ch13):
     for bits in "432":
         best = min((n for n in GRID if n[0] == bits), key=kl.get)
         assert g[f"ch13_best{bits}_kl"] == f"{kl[best]:.4f}"
+        assert abs(number(g[f"ch13_best{bits}_top1"].rstrip("%")) / 100 - float(g[f"ch13_{best}_top1"])) <= 0.0006
         assert float(g[f"ch13_best{bits}_loss"]) == pytest.approx(float(g[f"ch13_{best}_ppl"]) - full, abs=0.011)
         name = g[f"ch13_best{bits}_name"]
         assert name.startswith(f"{bits} bits, keys per {'token' if best[1] == 't' else 'channel'}")
