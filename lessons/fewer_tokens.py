@@ -191,8 +191,10 @@ def streaming_policies(budget: int, newlines) -> list:
 
 
 def stretch(budget: int, late: int = LATE, scored: int = SCORED) -> tuple[int, int, int]:
-    """(start, first, stop) of a budget's measurement: the rows a policy recomputes start at the
-    budget (before it, nothing is evicted); the loss is counted on the ``scored`` next tokens
-    predicted by rows first = budget + late .. stop - 2 (row stop - 1 only holds the last target)."""
+    """(start, first, stop) of a budget's measurement: the rows the policies recompute start at
+    budget - SINKS (before the budget nothing is evicted, but the newlines' window of B - 4
+    positions hides the text's first four from query B - 4 on); the loss is counted on the
+    ``scored`` next tokens predicted by rows first = budget + late .. stop - 2 (row stop - 1 only
+    holds the last target)."""
     first = budget + late
-    return budget, first, first + scored + 1
+    return budget - SINKS, first, first + scored + 1

@@ -173,6 +173,12 @@ class PositionRule:
         p = rows[:, None]
         return ((j <= p) & self.rule(p, j))[None]
 
+    def hides_before(self, start: int) -> bool:
+        """Whether a query p < start is kept from a key j <= p: then its rows are not the full
+        cache's, and recomputing from ``start`` would not be exact."""
+        p, j = np.arange(start)[:, None], np.arange(start)[None, :]
+        return bool(((j <= p) & ~np.asarray(self.rule(p, j), bool)).any())
+
 
 @dataclass
 class Evicting:
@@ -180,7 +186,7 @@ class Evicting:
     budget of B positions per key/value head, the ``recent`` newest and ``sinks`` first always
     kept; when token p arrives, the kept position of smallest score among the others leaves (the
     latest of equal ones); then p's weights are added to the scores (``score="sum"``, H2O) or
-    replace them (``"last"``, TOVA).  Rows must start at the budget: before it nothing leaves."""
+    replace them (``"last"``, TOVA).  Rows start at the budget or before: before it nothing leaves."""
 
     name: str
     budget: int
@@ -197,8 +203,8 @@ class Evicting:
         return full.filled[layer][key]
 
     def visible(self, layer: int, rows: np.ndarray, full: FullPass, q, K) -> np.ndarray:
-        if rows[0] != self.budget:
-            raise ValueError(f"an evicting cache's rows start at its budget {self.budget}, not {rows[0]}")
+        if rows[0] > self.budget:
+            raise ValueError(f"an evicting cache's rows start at its budget {self.budget} or before, not {rows[0]}")
         G, T = K.shape[1], len(K)
         acc = np.zeros((G, T))
         acc[:, : self.budget] = self._first_scores(layer, full)
@@ -207,7 +213,9 @@ class Evicting:
         s_all = _scores(q, K)                                           # (G, r, n, T)
         seen = np.empty((G, len(rows), T), bool)
         heads = np.arange(G)
-        for i, p in enumerate(rows):
+        early = int(np.searchsorted(rows, self.budget))                # rows before the cache is full
+        seen[:, :early] = np.arange(T)[None, None, :] <= rows[:early, None]
+        for i, p in enumerate(rows[early:], early):
             self._evict(acc, kept, heads, int(p))
             w = s_all[:, :, i, : p + 1].copy()
             np.copyto(w, -np.inf, where=~kept[:, None, : p + 1])
@@ -290,6 +298,9 @@ def tail_logits(model, full: FullPass, start: int, stop: int, policies, scored_f
     if not 0 < start <= scored_from < stop <= len(full.ids):
         raise ValueError(f"need 0 < start ({start}) <= scored_from ({scored_from}) < stop ({stop}) "
                          f"<= the text's {len(full.ids)} tokens")
+    hiding = [p.name for p in policies if getattr(p, "hides_before", lambda start: False)(start)]
+    if hiding:
+        raise ValueError(f"{', '.join(hiding)} hide keys from queries before row {start}: start earlier")
     R, n, rows = len(policies), stop - start, np.arange(start, stop)
     cos, sin = model._rope(rows)
     x = np.concatenate([model._embed_rows(full.ids[start:stop])] * R)      # (R n, D)

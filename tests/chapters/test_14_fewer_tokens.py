@@ -71,7 +71,7 @@ def test_the_sinks_are_seen(ch14):
 def test_each_budget_is_judged_on_its_own_stretch(ch14):
     _, g = ch14
     assert (g["ch14_late"], g["ch14_scored"], g["ch14_snap_window"]) == (LATE, SCORED, 32)
-    assert g["ch14_late_scored"] == LATE + SCORED - 1 and g["ch14_rows"] == LATE + SCORED + 1
+    assert g["ch14_late_scored"] == LATE + SCORED - 1 and g["ch14_rows"] == 4 + LATE + SCORED + 1
     assert g["ch14_budgets"] == "64, 128, 256, 512, 1,024" and g["ch14_budget_max"] == "1,024"
 
 

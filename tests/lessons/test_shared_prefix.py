@@ -45,7 +45,7 @@ def test_rules_of_positions_are_the_masked_pass(setup):
     rules = [PositionRule("window", lambda p, j: j > p - 12),
              PositionRule("sinks", lambda p, j: (j < 4) | (j > p - 8)),
              PositionRule("marks", lambda p, j: np.isin(j, [5, 9]) | (j > p - 10))]
-    got = tail_logits(model, full, 12, T, rules, scored_from=40)
+    got = tail_logits(model, full, 10, T, rules, scored_from=40)   # "marks" hides 0 from query 10 on
     for row, mask in zip(got, (window_mask(T, 12), window_mask(T, 8, 4), sink_window_mask(T, 10, [5, 9]))):
         np.testing.assert_allclose(row, logits_under_mask(model, ids, mask)[40:], rtol=1e-9, atol=1e-9)
 
@@ -57,15 +57,22 @@ def test_eviction_replayed_is_the_engines_cache_token_by_token(setup, budget, re
     got = tail_logits(model, full, budget, T, [Evicting("h", budget, recent, sinks, score)])[0]
     engine = cache_logits(model, ids, "h2o", budget=budget, recent=recent, sinks=sinks, score=score)
     np.testing.assert_allclose(got, engine[budget:], rtol=1e-9, atol=1e-9)
+    earlier = tail_logits(model, full, budget - 5, T, [Evicting("h", budget, recent, sinks, score)])[0]
+    np.testing.assert_allclose(earlier, engine[budget - 5:], rtol=1e-9, atol=1e-9)   # rows before the budget too
     assert np.abs(got - full.logits(model, slice(budget, T))).max() > 1e-3     # eviction changed something
 
 
 def test_the_chapters_policies_stacked_are_each_alone(setup):
     model, ids, full = setup
-    policies = streaming_policies(12, [5, 9, 10, 11])
-    together = tail_logits(model, full, 12, T, policies)
+    policies = streaming_policies(12, [5, 6, 9, 10])
+    together = tail_logits(model, full, 8, T, policies)
     for policy, row in zip(policies, together):
-        np.testing.assert_allclose(row, tail_logits(model, full, 12, T, [policy])[0], rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(row, tail_logits(model, full, 8, T, [policy])[0], rtol=1e-10, atol=1e-10)
+    # the newlines' window (B - 4) hides positions 0 .. 3 from query B - 4 on: its rows start there
+    np.testing.assert_allclose(together[2], logits_under_mask(model, ids, sink_window_mask(T, 8, [5, 6, 9, 10]))[8:],
+                               rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match="4 newlines \\+ window hide keys from queries before row 12"):
+        tail_logits(model, full, 12, T, policies)
 
 
 def test_snapkv_keeps_the_window_and_the_most_voted_by_hand(setup):
@@ -95,8 +102,8 @@ def test_snapkv_keeps_the_window_and_the_most_voted_by_hand(setup):
 
 def test_bad_rows_are_refused(setup):
     model, _, full = setup
-    with pytest.raises(ValueError, match="start at its budget"):
-        tail_logits(model, full, 10, T, [Evicting("h", 12, 6)])
+    with pytest.raises(ValueError, match="start at its budget 12 or before, not 13"):
+        tail_logits(model, full, 13, T, [Evicting("h", 12, 6)])
     with pytest.raises(ValueError, match="end of its prompt"):
         tail_logits(model, full, 12, T, [SnapKV("s", 12, 40)])
     with pytest.raises(ValueError, match="no scores at budget 20"):
