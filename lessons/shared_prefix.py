@@ -12,10 +12,12 @@ above (``tail_logits``)::
 
 Several policies recompute the same rows, so they run together, stacked as a batch of rows through
 each layer's matrices (the same arithmetic, fewer and larger calls).  What a policy lets a row
-see, it says per layer through ``visible(layer, q, K)``, a (G, n, T) mask per key/value head:
+see, it says per layer through ``visible(layer, rows, full, q, K)``, a (G, n, T) mask per
+key/value head:
 
 - a rule about positions (``PositionRule``: a window, sinks and a window) is the same mask in
-  every layer;
+  every layer; one that hides a key from a query before ``start`` is refused (its rows there
+  are not the full cache's: start earlier);
 - an evicting cache (``Evicting``: H2O, TOVA) decides token by token from the attention it has
   seen, exactly as ``kvcache.h2o`` does, but from the layer's scores computed for all rows at
   once: within a layer, the queries and keys do not depend on what the layer keeps, only the
@@ -36,7 +38,7 @@ from kvcache.rope import apply_rope
 
 __all__ = ["FullPass", "full_pass", "tail_logits", "PositionRule", "Evicting", "SnapKV", "QUERY_BLOCK"]
 
-QUERY_BLOCK = 128          # queries per block of the full pass's attention: bounds its (H, m, T) scores
+QUERY_BLOCK = 128          # queries per block of the full pass's attention: bounds its (G, r, m, T) scores
 
 
 def _softmax_rows(s: np.ndarray) -> np.ndarray:
