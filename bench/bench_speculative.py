@@ -7,7 +7,8 @@ On the real model (SmolLM2-135M-Instruct, float32, one BLAS thread), for each pr
 * prompts whose reply copies from the prompt (code to repeat, a text to correct): goal at least
   1.5x greedy's tokens/s;
 * open-ended prompts, whose reply the prompt does not hold: goal at least 0.95x (a draft that
-  finds nothing costs nothing, and a sequence whose drafts are rejected backs off).
+  finds nothing costs nothing; a draft needs a match of 2 tokens or more, and a sequence whose
+  draft was wholly rejected skips steps and then needs a match of 3: ``kvcache.speculative``).
 
 The tokens are checked equal to greedy's in every round.  The machine is shared: the load
 average is printed at the start and the end, and every figure belongs to that moment.

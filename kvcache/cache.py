@@ -72,6 +72,17 @@ def check_select(rows, batch: int) -> np.ndarray:
     return idx
 
 
+def buffer_bytes(*buffers) -> int:
+    """Bytes of the buffers a layer allocated (``None``: a format without that buffer, e.g. scales)."""
+    return sum(b.nbytes for b in buffers if b is not None)
+
+
+def kv_bytes(positions: int, kv_heads: int, fmt, head_dim: int) -> int:
+    """Bytes ``positions`` cached positions hold in one layer: 2 (keys, values) x positions x G rows
+    of ``fmt.bytes_per_row(d)`` bytes (a row's scale included)."""
+    return 2 * int(positions) * kv_heads * fmt.bytes_per_row(head_dim)
+
+
 def check_crop(n, batch: int) -> np.ndarray:
     """``crop``'s argument: one length >= 0, or one per sequence (batch,)."""
     n = np.asarray(n)
@@ -367,12 +378,12 @@ class ContiguousLayerCache(LayerCache):
     @property
     def nbytes(self) -> int:
         """Bytes allocated: capacity * G * L_max rows of keys and of values (scales included)."""
-        return sum(b.nbytes for b in (self.k, self.v, self.k_scale, self.v_scale) if b is not None)
+        return buffer_bytes(self.k, self.v, self.k_scale, self.v_scale)
 
     @property
     def used_bytes(self) -> int:
         """Bytes holding cached positions: sum(lengths) * G rows of keys and values."""
-        return 2 * int(self.lengths.sum()) * self.kv_heads * self.format.bytes_per_row(self.head_dim)
+        return kv_bytes(self.lengths.sum(), self.kv_heads, self.format, self.head_dim)
 
 
 class KVCache:

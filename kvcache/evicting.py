@@ -32,7 +32,8 @@ import math
 import numpy as np
 
 from . import validate
-from .cache import (KVCache, LayerCache, check_crop, check_plan, check_reorder, check_room, check_select)
+from .cache import (KVCache, LayerCache, buffer_bytes, check_crop, check_plan, check_reorder,
+                    check_room, check_select, kv_bytes)
 from .cache_dtypes import CacheDtype, cache_dtype
 from .gqa import softmax_inplace
 from .plan import StepPlan, plan_step
@@ -267,12 +268,12 @@ class EvictingLayerCache(LayerCache):
     def nbytes(self) -> int:
         """Bytes allocated for the slots: capacity x G x slots rows of keys and of values (and
         scales); the position table, 8 bytes a slot, is bookkeeping, counted apart."""
-        return sum(b.nbytes for b in (self.k, self.v, self.k_scale, self.v_scale) if b is not None)
+        return buffer_bytes(self.k, self.v, self.k_scale, self.v_scale)
 
     @property
     def used_bytes(self) -> int:
         """Bytes holding kept positions: sum(kept) x G rows of keys and values."""
-        return 2 * int(self.kept.sum()) * self.kv_heads * self.format.bytes_per_row(self.head_dim)
+        return kv_bytes(self.kept.sum(), self.kv_heads, self.format, self.head_dim)
 
     # ------------------------------------------------------------------ invariants
 

@@ -516,6 +516,20 @@ class Model:
             raise ValueError(f"{len(ids)} tokens given for counts summing to {int(counts.sum())}")
         return self._step(ids, counts, cache, validate.flag(every_token, "every_token"))
 
+    def forward_hidden(self, tokens, counts, cache: KVCache) -> np.ndarray:
+        """``forward`` without the output layer: the final hidden states after each new token,
+        (N, D) in the packed order; ``head`` turns any of them into logits."""
+        ids = self.check_tokens(tokens)
+        counts = validate.step_counts(counts, cache.batch)
+        if len(ids) != int(counts.sum()):
+            raise ValueError(f"{len(ids)} tokens given for counts summing to {int(counts.sum())}")
+        self._check_positions(cache.lengths, counts)
+        return self._hidden_cached(ids, cache.reserve(counts), cache)
+
+    def head(self, hidden: np.ndarray) -> np.ndarray:
+        """The logits of final hidden states: (n, D) -> (n, V)."""
+        return self._head(hidden)
+
     def _step(self, ids: np.ndarray, counts: np.ndarray, cache: KVCache, every_token: bool = False) -> np.ndarray:
         """``forward`` on checked arguments: ids (N,) int64 in the vocabulary, counts (B,) >= 1
         summing to N."""

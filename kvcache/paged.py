@@ -66,7 +66,7 @@ import numpy as np
 
 from . import validate
 from .cache import (CacheFullError, KVCache, LayerCache, check_crop, check_plan, check_reorder,
-                    check_room, check_select)
+                    check_room, check_select, kv_bytes)
 from .cache_dtypes import CacheDtype, cache_dtype
 from .gqa import attend_new_tokens, decode_attention
 from .plan import StepPlan, plan_step
@@ -257,7 +257,7 @@ class BlockPool:
     def bytes_per_slot(self) -> int:
         """Bytes one position takes in one layer: G rows of keys and of values (scales included;
         int4 and int2: the codes alone, ``block_bytes`` counts the rest)."""
-        return 2 * self.kv_heads * self.format.bytes_per_row(self.head_dim)
+        return kv_bytes(1, self.kv_heads, self.format, self.head_dim)
 
     def block_bytes(self, filled: int) -> int:
         """Bytes a block holding ``filled`` positions keeps in one layer (int4, int2: codes and

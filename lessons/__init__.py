@@ -55,7 +55,9 @@ Making the cache smaller (Part V), on the real model:
                    truncated by SVD to a latent cache, without retraining (chapter 12)
     kv_quantization  chapter 13: where a real model's key outliers are, and quantized caches (keys per
                    token or per channel, before or after RoPE, a full-precision window and sink)
-                   judged on it, decoding as the cache would
+                   judged on it, decoding as the cache would, several caches to a pass
+    quantized_timing  chapter 13: a decode step's attention in every layer with a float32, int4 or
+                   int2 cache, and the unpacking alone
     fewer_tokens   which positions a query sees: window and sink masks over a real model's pass,
                    the attention on the first positions, the evicting caches' logits (chapter 14)
     shared_prefix  every eviction policy at a budget from one full pass and the rows past the

@@ -10,6 +10,9 @@
     plan_rounds(first, budget)  how many alternating rounds fit in a time budget, from the first
     race(model, ids, eos, ...)  plain greedy and prompt-lookup greedy in alternating rounds: the
                                 tokens (equal or not), the best times, the counts
+    POLICIES                    when a sequence drafts: transformers' way and the engine's
+    policy_passes(model, ...)   one prompt under one policy: the tokens and what each pass checked
+    pass_cost(n, seconds)       a pass of n tokens in one-token passes, from the measured times
     load_average()              the machine's 1-minute load average (what timings are said with)
     small_model()               the float64 random model of the rollback and batch sections
     mid_batch_eos(outputs)      a token some rows emit early and others never: EOS mid-batch
@@ -29,7 +32,8 @@ import numpy as np
 
 __all__ = ["PROMPTS", "COPYING", "OPEN_ENDED", "weight_bytes", "pass_seconds", "expected_tokens_per_pass",
            "plan_rounds", "Race", "race", "load_average", "small_model", "SMALL_CONFIG", "mid_batch_eos",
-           "PoolState", "paged_rollback_steps", "ragged_passes"]
+           "PoolState", "paged_rollback_steps", "ragged_passes", "POLICIES", "PolicyRun", "policy_passes",
+           "pass_cost"]
 
 CODE = "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n"
 #: prompts whose reply copies from the prompt (a summary in its words, code edited in place, an
@@ -55,10 +59,12 @@ def weight_bytes(cfg, bytes_per_param: int = 4) -> int:
     return bytes_per_param * sum(math.prod(s) for s in hf_parameter_shapes(cfg).values())
 
 
-def pass_seconds(model, ids, sizes, repeats: int = 3) -> dict[int, float]:
+def pass_seconds(model, ids, sizes, repeats: int = 3, first_row_only: bool = False) -> dict[int, float]:
     """The fastest of ``repeats`` forward passes of n new tokens (every token's logits, as a
     verification needs) after the prompt ``ids``, for each n in ``sizes``: the cache is filled
-    once, and each pass is rolled back (cropped) so that every pass sees the same cache."""
+    once, and each pass is rolled back (cropped) so that every pass sees the same cache.
+    ``first_row_only``: the output layer on the first new token only, what the engine computes
+    for a draft rejected at its first token (``Model.forward_hidden``, then ``Model.head``)."""
     ids = np.asarray(ids, np.int64)
     kv = model.new_cache(1, len(ids) + max(sizes))
     model.prefill([ids], kv)
@@ -68,7 +74,10 @@ def pass_seconds(model, ids, sizes, repeats: int = 3) -> dict[int, float]:
         best = float("inf")
         for _ in range(repeats + 1):                 # the first pass warms up
             start = time.perf_counter()
-            model.forward(tokens[:n], np.array([n]), kv, every_token=True)
+            if first_row_only:
+                model.head(model.forward_hidden(tokens[:n], np.array([n]), kv)[:1])
+            else:
+                model.forward(tokens[:n], np.array([n]), kv, every_token=True)
             best = min(best, time.perf_counter() - start)
             kv.crop(len(ids))
         out[n] = best
@@ -231,10 +240,17 @@ class _PassRecorder:
     def __getattr__(self, name):
         return getattr(self.model, name)
 
-    def forward(self, tokens, counts, kv, every_token=False):
+    def _record(self, counts, kv):
         self.passes.append({"before": np.asarray(kv.lengths).tolist(), "checked": np.asarray(counts).tolist(),
                             "kept": None})
+
+    def forward(self, tokens, counts, kv, every_token=False):
+        self._record(counts, kv)
         return self.model.forward(tokens, counts, kv, every_token=every_token)
+
+    def forward_hidden(self, tokens, counts, kv):
+        self._record(counts, kv)
+        return self.model.forward_hidden(tokens, counts, kv)
 
     def after_rollback(self, kv):
         self.passes[-1]["kept"] = [int(a) - b for a, b in zip(np.asarray(kv.lengths), self.passes[-1]["before"])]
@@ -254,3 +270,66 @@ def ragged_passes(model, prompts, new_tokens: int, eos, num_draft_tokens: int = 
         if p["kept"] is None:
             p["kept"] = list(p["checked"])
     return outputs, recorder.passes
+
+
+#: when a sequence drafts (``kvcache.speculative.greedy``'s options): transformers' prompt lookup
+#: drafts at every step from any match, even of one token; the engine needs a match of two
+#: tokens, and after a wholly rejected draft skips steps and then needs a match of three
+POLICIES = {
+    "transformers': every step, any match": {"min_ngram": 1, "max_skip": 0},
+    "the engine's: 2 or more, back off after a miss": {},
+}
+
+
+@dataclass
+class PolicyRun:
+    """One prompt decoded with prompt lookup under one drafting policy."""
+
+    policy: str
+    output: list                   # the tokens generated
+    checked: list                  # tokens each pass after the prefill checked (1 + its draft)
+    kept: list                     # tokens each of those passes kept (1 + the draft tokens accepted)
+
+    @property
+    def proposed(self) -> int:
+        return sum(self.checked) - len(self.checked)
+
+    @property
+    def accepted(self) -> int:
+        return sum(self.kept) - len(self.kept)
+
+    @property
+    def wasted_passes(self) -> int:
+        """Passes whose draft was wholly rejected: several tokens checked, one kept."""
+        return sum(c > 1 and k == 1 for c, k in zip(self.checked, self.kept))
+
+    def cost(self, seconds: dict, rejected_seconds: dict | None = None) -> float:
+        """The passes after the prefill, in one-token passes: sum of pass_cost(checked), a wholly
+        rejected draft's pass priced from ``rejected_seconds`` when given (the output layer on
+        its first row only), both relative to seconds[1]."""
+        def price(n, kept):
+            if rejected_seconds is None or n == 1 or kept > 1:
+                return pass_cost(n, seconds)
+            return pass_cost(n, rejected_seconds) * rejected_seconds[min(rejected_seconds)] / seconds[min(seconds)]
+        return sum(price(n, k) for n, k in zip(self.checked, self.kept))
+
+    def speedup(self, seconds: dict, rejected_seconds: dict | None = None) -> float:
+        """Plain greedy's passes after the prefill (one per token but the first) over this run's
+        cost, both in one-token passes: the speed-up the measured pass times predict."""
+        return (len(self.output) - 1) / self.cost(seconds, rejected_seconds)
+
+
+def pass_cost(n: int, seconds: dict) -> float:
+    """t(n) / t(1): a pass of n new tokens in one-token passes, from ``pass_seconds``'s times,
+    linear between the sizes measured (n = 11 between 8 and 16), the last ratio held past them."""
+    sizes = sorted(seconds)
+    ratios = [seconds[m] / seconds[sizes[0]] for m in sizes]
+    return float(np.interp(n, sizes, ratios))
+
+
+def policy_passes(model, name: str, ids, eos, new_tokens: int, num_draft_tokens: int = 10) -> PolicyRun:
+    """``kvcache.speculative.greedy`` on one prompt with the options ``POLICIES[name]``, every
+    pass after the prefill recorded (``ragged_passes``, contiguous cache)."""
+    outputs, passes = ragged_passes(model, [ids], new_tokens, eos, num_draft_tokens=num_draft_tokens,
+                                    cache="contiguous", **POLICIES[name])
+    return PolicyRun(name, outputs[0], [p["checked"][0] for p in passes], [p["kept"][0] for p in passes])

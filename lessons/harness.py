@@ -26,9 +26,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from .precision import kl_divergence, perplexity, top1_agreement
+from .precision import kl_divergence, log_softmax, perplexity, top1_agreement
 
-__all__ = ["Kept", "kept_bytes_per_token", "full_cache", "Judgement", "judge", "judge_logits"]
+__all__ = ["Kept", "kept_bytes_per_token", "full_cache", "Judgement", "judge", "judge_logits", "judge_rows"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,38 @@ def judge_logits(name: str, reference: np.ndarray, logits: np.ndarray, ids, byte
     kl = kl_divergence(reference[:-1], logits[:-1])
     return Judgement(name, float(bytes_per_token), float(kl.mean()),
                      top1_agreement(reference[:-1], logits[:-1]), perplexity(logits, ids), len(ids) - 1)
+
+
+def judge_rows(names, reference: np.ndarray, rows: np.ndarray, ids, bytes_per_token,
+               chunk: int = 16) -> list[Judgement]:
+    """``judge_logits`` of every row: rows (n, T, V), names and bytes_per_token one per row.  The
+    same measures (KL = sum_v r (log r - log p), top-1, perplexity from log p_t(token t+1)), with
+    the reference's log-probabilities taken once for all the rows, and each row's ``chunk``
+    positions at a time, in float64 (arrays of a few megabytes, which the allocator reuses, where a
+    whole row's would be fresh memory, page by page, for every row)."""
+    ids = np.asarray(ids)
+    rows = np.asarray(rows)
+    if rows.ndim != 3 or rows.shape[1:] != reference.shape or reference.shape[0] != len(ids) or len(ids) < 2:
+        raise ValueError(f"rows {rows.shape} must be (n, T, V) and reference {reference.shape} (T, V) for the "
+                         f"{len(ids)} tokens, with T >= 2")
+    if not len(names) == len(bytes_per_token) == len(rows):
+        raise ValueError(f"{len(rows)} rows need as many names ({len(names)}) and byte counts ({len(bytes_per_token)})")
+    n = len(ids) - 1                                            # positions with a next token
+    log_r = log_softmax(reference[:n])
+    r = np.exp(log_r)
+    best = np.argmax(reference[:n], axis=-1)
+    judged = []
+    for name, logits, kept in zip(names, rows, bytes_per_token):
+        kl, agree, nll = np.empty(n), np.empty(n, bool), np.empty(n)
+        for lo in range(0, n, chunk):
+            at = slice(lo, min(lo + chunk, n))
+            log_p = log_softmax(logits[at])
+            kl[at] = np.maximum((r[at] * (log_r[at] - log_p)).sum(axis=-1), 0.0)
+            agree[at] = np.argmax(logits[at], axis=-1) == best[at]
+            nll[at] = -log_p[np.arange(at.stop - lo), ids[lo + 1: at.stop + 1]]
+        judged.append(Judgement(name, float(kept), float(kl.mean()), float(agree.mean()),
+                                float(np.exp(nll.mean())), n))
+    return judged
 
 
 def judge(name: str, model, ids, reference: np.ndarray, parts) -> Judgement:

@@ -49,6 +49,9 @@ def test_the_pass_times_and_their_words_agree(ch15):
     assert g["ch15_r16_words"] == ("less than the 16 steps it replaces" if r16 < 16 else
                                    "no less than the 16 steps it replaces")
     assert number(g["ch15_load_passes"]) >= 0
+    # the same passes with the output layer on the first row only, as for a draft rejected at once
+    assert g["ch15_first8_exact"] > 0 and g["ch15_first8"] == f"{g['ch15_first8_exact']:.1f}"
+    assert g["ch15_r8"] == f"{g['ch15_r8_exact']:.1f}"
     r16_r2 = g["ch15_r16_r2_exact"]
     assert g["ch15_r16_r2"] == f"{r16_r2:.1f}"
     assert g["ch15_r2_words"] == ("the pass stays close to the time of reading the weights once" if r16_r2 < 4
@@ -84,6 +87,24 @@ def test_the_speed_words_follow_the_measured_ratios(ch15):
     ratios = g["ch15_copy_ratios"]
     assert g["ch15_copy_low"] == f"{min(ratios):.2f}" and g["ch15_copy_high"] == f"{max(ratios):.2f}"
     assert all(x > 0 for x in ratios)
+
+
+def test_the_engines_policy_checks_fewer_draft_tokens_on_the_story_and_its_words_follow(ch15):
+    _, g = ch15
+    assert g["ch15_pol_same"] is True                              # every policy: greedy's tokens
+    # the story: single recurring tokens draft under transformers' policy, not under the engine's
+    assert 0 <= g["ch15_pol_engine_proposed"] < g["ch15_pol_every_proposed"]
+    assert 0 <= g["ch15_pol_engine_wasted"] <= g["ch15_pol_every_wasted"]
+    engine, every = g["ch15_pol_engine_speedup_exact"], g["ch15_pol_every_speedup_exact"]
+    assert engine > 0 and every > 0
+    assert g["ch15_pol_engine_speedup"] == f"{engine:.2f}" and g["ch15_pol_every_speedup"] == f"{every:.2f}"
+    assert g["ch15_pol_words"] == ("raises" if engine > every else "does not raise")
+    assert number(g["ch15_pol_cost11"]) > 0 and number(g["ch15_pol_rejected11"]) > 0
+    # the summary copies the passage: its drafts are kept under both policies, in fewer passes
+    # than tokens
+    assert g["ch15_pol_sum_engine_accepted"] > 0 and g["ch15_pol_sum_every_accepted"] > 0
+    assert g["ch15_pol_sum_engine_passes"] < g["ch15_sum_tokens"]
+    assert g["ch15_pol_sum_every_passes"] < g["ch15_sum_tokens"]
 
 
 def test_the_rollback_counts_by_hand(ch15):
@@ -132,7 +153,7 @@ def test_the_page_states_its_time_sources_and_text(ch15):
     assert 0 < number(g["ch15_seconds"]) < 3600
     text = markdown(nb)
     for needed in ("arXiv\n2211.17192", "arXiv 2302.01318", "prompt_lookup_num_tokens", "(1 - a^{k+1}) / (1 - a)",
-                   "{glue:text}`ch15_load_start`", "PagedKVCache.check"):
+                   "{glue:text}`ch15_load_start`", "PagedKVCache.check", "`min_ngram=2`", "prompt_lookup_min"):
         assert needed in text, needed
 
 

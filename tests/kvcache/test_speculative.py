@@ -8,6 +8,8 @@ transformers' own prompt lookup (``generate(..., prompt_lookup_num_tokens=K)``).
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -45,6 +47,15 @@ def test_the_draft_follows_the_first_earlier_occurrence_of_the_longest_ngram():
     assert speculative.find_draft(np.array([1]), 10, 3).tolist() == []
 
 
+def test_the_draft_needs_a_match_of_min_ngram_tokens():
+    seq = np.array([5, 1, 2, 3, 1])                    # only the 1-gram [1] recurs
+    assert speculative.find_draft(seq, 3, 3).tolist() == [2, 3, 1]
+    assert speculative.find_draft(seq, 3, 3, min_ngram=2).tolist() == []
+    seq = np.array([4, 1, 2, 3, 9, 1, 2])              # the 2-gram [1, 2] recurs, no 3-gram
+    assert speculative.find_draft(seq, 2, 3, min_ngram=2).tolist() == [3, 9]
+    assert speculative.find_draft(seq, 2, 3, min_ngram=3).tolist() == []
+
+
 def test_the_accepted_prefix_stops_at_the_first_disagreement():
     assert speculative.accepted_prefix(np.array([3, 4, 5]), np.array([3, 4, 9, 1])) == 2
     assert speculative.accepted_prefix(np.array([3, 4, 5]), np.array([3, 4, 5, 1])) == 3
@@ -79,8 +90,9 @@ def checked_pool(seen):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lengths=st.lists(st.integers(1, 24), min_size=1, max_size=4), seed=st.integers(0, 10**6),
        new=st.integers(0, 40), k=st.integers(0, 8), ngram=st.integers(1, 4), use_eos=st.booleans(),
-       cache=st.sampled_from(["contiguous", "paged"]), block_size=st.sampled_from([1, 3, 4, 16]))
-def test_the_tokens_are_greedys(lengths, seed, new, k, ngram, use_eos, cache, block_size):
+       cache=st.sampled_from(["contiguous", "paged"]), block_size=st.sampled_from([1, 3, 4, 16]),
+       min_ngram=st.integers(1, 3), max_skip=st.sampled_from([0, 1, 32]))
+def test_the_tokens_are_greedys(lengths, seed, new, k, ngram, use_eos, cache, block_size, min_ngram, max_skip):
     rng = np.random.default_rng(seed)
     prompts = [rng.integers(0, V, size=n) for n in lengths]
     eos = None
@@ -90,7 +102,7 @@ def test_the_tokens_are_greedys(lengths, seed, new, k, ngram, use_eos, cache, bl
     options = {"block_size": block_size} if cache == "paged" else {}
     stats, seen = {}, []
     got = speculative.greedy(MODEL, prompts, new, eos, cache, num_draft_tokens=k, max_ngram=ngram, stats=stats,
-                             after_rollback=checked_pool(seen), **options)
+                             after_rollback=checked_pool(seen), min_ngram=min_ngram, max_skip=max_skip, **options)
     assert got == expected
     assert stats["tokens"] == sum(map(len, expected))
     assert 0 <= stats["accepted"] <= stats["proposed"]
@@ -144,6 +156,7 @@ def test_a_pool_too_small_for_the_batch_is_refused_and_every_block_is_free_after
     ({"max_ngram": 0}, "max_ngram must be an integer >= 1"),
     ({"stats": []}, "stats must be a dict"),
     ({"max_skip": 1.5}, "max_skip must be an integer >= 0"),
+    ({"min_ngram": 0}, "min_ngram must be an integer >= 1"),
     ({"max_new_tokens": -2}, "max_new_tokens must be an integer >= 0"),
 ])
 def test_bad_arguments_are_refused_before_any_work(kwargs, message):
@@ -159,6 +172,118 @@ def test_stats_are_greedys_passes_without_drafts():
     counts = {key: stats[key] for key in ("forward_passes", "proposed", "accepted", "tokens")}
     assert counts == {"forward_passes": 9, "proposed": 0, "accepted": 0, "tokens": 9}
     assert stats["prefill_seconds"] > 0 and stats["decode_seconds"] > 0 and stats["cache_bytes"] > 0
+
+
+# ---------------------------------------------------------------------- when a sequence drafts
+
+
+class Scripted:
+    """A one-sequence model whose greedy reply is fixed: the logits after position i of the
+    text (prompt, then reply) pick ``text[i + 1]``, whatever came before, so every draft is
+    judged against a known reply.  Records the tokens each pass after the prefill checks."""
+
+    def __init__(self, prompt, reply, vocab_size=20):
+        self.text = list(prompt) + list(reply) + [0]
+        self.config = SimpleNamespace(vocab_size=vocab_size, max_position_embeddings=100)
+        self.checked = []
+
+    def check_tokens(self, tokens, name="tokens"):
+        return np.asarray(tokens, np.int64)
+
+    def new_cache(self, batch, max_len, **options):
+        return SimpleNamespace(lengths=np.zeros(batch, np.int64), nbytes=0, crop=lambda lengths: None)
+
+    def _logits(self, positions):
+        logits = np.zeros((len(positions), self.config.vocab_size))
+        logits[np.arange(len(positions)), [self.text[i + 1] for i in positions]] = 1.0
+        return logits
+
+    def prefill(self, prompts, kv):
+        kv.lengths[0] = len(prompts[0])
+        kv.crop = lambda lengths: kv.lengths.__setitem__(0, lengths[0])
+        return self._logits([len(prompts[0]) - 1])
+
+    def forward(self, tokens, counts, kv, every_token=False):
+        start = int(kv.lengths[0])
+        kv.lengths[0] += len(tokens)
+        self.checked.append(len(tokens))
+        return self._logits(range(start, start + len(tokens)))
+
+
+class ScriptedHidden(Scripted):
+    """Scripted, with the engine's split of a pass (``forward_hidden``, then ``head`` on the rows
+    wanted): a hidden state is its position; records how many rows each ``head`` call takes."""
+
+    def __init__(self, prompt, reply, vocab_size=20):
+        super().__init__(prompt, reply, vocab_size)
+        self.head_rows = []
+
+    def forward_hidden(self, tokens, counts, kv):
+        start = int(kv.lengths[0])
+        kv.lengths[0] += len(tokens)
+        self.checked.append(len(tokens))
+        return np.arange(start, start + len(tokens))[:, None]
+
+    def head(self, hidden):
+        self.head_rows.append(len(hidden))
+        return self._logits(hidden[:, 0].tolist())
+
+
+# the prompt, and a reply in which a 1-gram, 2-grams and a 3-gram of the text recur
+PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
+REPLY = [1, 2, 9, 10, 3, 4, 11, 1, 2, 3, 4, 5, 6, 12]
+
+
+def test_the_back_off_drafts_from_longer_matches_after_a_rejection():
+    """With drafts of 4 and the default policy, pass by pass after the prefill (P: the prompt):
+    P + [1]: only the 1-gram [1] recurs, no draft (min_ngram 2); P + [1, 2]: [1, 2] recurs, draft
+    3 4 5 6, wholly rejected (the reply says 9); the next step is skipped; then the sequence
+    drafts only from 3-gram matches: P + [.., 10, 3, 4] has the 2-gram [3, 4] but no draft; P +
+    [.., 11, 1, 2, 3] has the 3-gram [1, 2, 3]: draft 4 5 6 (the room left before the 14th
+    token), all accepted."""
+    for model in (Scripted(PROMPT, REPLY), ScriptedHidden(PROMPT, REPLY)):
+        stats = {}
+        assert speculative.greedy(model, [PROMPT], len(REPLY), num_draft_tokens=4, stats=stats) == [REPLY]
+        assert model.checked == [1, 5, 1, 1, 1, 1, 1, 1, 1, 4]
+        counts = {key: stats[key] for key in ("forward_passes", "proposed", "accepted", "tokens")}
+        assert counts == {"forward_passes": 11, "proposed": 7, "accepted": 3, "tokens": 14}
+
+
+def test_the_output_layer_reads_past_a_draft_only_when_its_first_token_is_right():
+    """The passes of the test above, split: the rejected draft (3 4 5 6, where the reply says 9)
+    takes the output layer for its first row only; the accepted one (4 5 6) for all 4 rows, the
+    first, then the 3 after it."""
+    model = ScriptedHidden(PROMPT, REPLY)
+    assert speculative.greedy(model, [PROMPT], len(REPLY), num_draft_tokens=4) == [REPLY]
+    assert model.head_rows == [1] * 9 + [1, 3]
+
+
+def test_without_back_off_every_step_drafts_from_its_match():
+    """max_skip=0: the step after the rejection drafts nothing only because nothing matches, the
+    2-gram [3, 4] gives a draft (rejected: the reply says 11), and [1, 2] gives 3 4 5 6, all
+    accepted.  With min_ngram=1 too (transformers' lookup), the first step drafts from [1]."""
+    model = Scripted(PROMPT, REPLY)
+    stats = {}
+    assert speculative.greedy(model, [PROMPT], len(REPLY), num_draft_tokens=4, stats=stats, max_skip=0) == [REPLY]
+    assert model.checked == [1, 5, 1, 1, 1, 5, 1, 1, 5]
+    assert (stats["proposed"], stats["accepted"], stats["forward_passes"]) == (12, 4, 10)
+    model = Scripted(PROMPT, REPLY)
+    assert speculative.greedy(model, [PROMPT], len(REPLY), num_draft_tokens=4, max_skip=0, min_ngram=1) == [REPLY]
+    assert model.checked[0] == 5                                 # P + [1]: the 1-gram [1] drafts 2 3 4 5
+
+
+def test_an_accepted_draft_undoes_the_back_off():
+    """A rejection, then a draft from a 3-gram with a token accepted: the sequence drafts from a
+    2-gram match again.  Pass by pass: P + [1, 2] drafts 3 4 5 6, rejected (9); one step
+    skipped; [2, 9, 1] and [9, 1, 2] recur nowhere; [1, 2, 3] drafts 4 5 6 7, and 4 is accepted
+    (then 8); [4, 8] recurs nowhere; [8, 1] recurs (the prompt's end and the reply's start):
+    a draft of 2 (the room left), both accepted."""
+    reply = [1, 2, 9, 1, 2, 3, 4, 8, 1, 2, 9, 12]
+    model = Scripted(PROMPT, reply)
+    stats = {}
+    assert speculative.greedy(model, [PROMPT], len(reply), num_draft_tokens=4, stats=stats) == [reply]
+    assert model.checked == [1, 5, 1, 1, 1, 5, 1, 3]
+    assert (stats["proposed"], stats["accepted"], stats["forward_passes"]) == (10, 3, 9)
 
 
 # ---------------------------------------------------------------------- rollback and copy-on-write
@@ -218,6 +343,21 @@ def test_every_token_logits_are_each_positions():
 # ---------------------------------------------------------------------- the CLI
 
 
+def test_hidden_states_then_the_output_layer_are_every_tokens_logits():
+    kv, again = MODEL.new_cache(2, 12), MODEL.new_cache(2, 12)
+    for cache in (kv, again):
+        MODEL.prefill([[3, 3], [4]], cache)
+    tokens, counts = np.array([2, 7, 1, 1, 5]), np.array([3, 2])
+    hidden = MODEL.forward_hidden(tokens, counts, kv)
+    assert hidden.shape == (5, CONFIG["hidden_size"]) and kv.lengths.tolist() == [5, 3]
+    logits = MODEL.forward(tokens, counts, again, every_token=True)
+    np.testing.assert_allclose(MODEL.head(hidden), logits, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(MODEL.head(hidden[3:4]), logits[3:4], rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="5 tokens given for counts summing to 4"):
+        MODEL.forward_hidden(tokens, np.array([2, 2]), kv)
+    assert kv.lengths.tolist() == [5, 3]                             # nothing written
+
+
 def test_cli_prompt_lookup_prints_the_acceptance(capsys):
     argv = ["generate", "--random", "--vocab-size", "12", "--hidden-size", "32", "--layers", "2", "--heads", "4",
             "--kv-heads", "2", "--intermediate-size", "48", "--dtype", "float64", "--seed", "5",
@@ -275,7 +415,7 @@ def test_real_model_open_ended_batch_is_greedys(engine):
     expected = greedy(model, prompts, 20, model.config.eos_token_id)
     stats = {}
     assert speculative.greedy(model, prompts, 20, model.config.eos_token_id, "paged", stats=stats,
-                              max_skip=0) == expected
+                              max_skip=0, min_ngram=1) == expected
     assert stats["proposed"] > stats["accepted"] > 0
 
 

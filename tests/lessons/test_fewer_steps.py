@@ -38,6 +38,8 @@ def test_a_pass_of_each_size_is_timed_over_the_same_cache():
     model = fs.small_model()
     seconds = fs.pass_seconds(model, np.arange(7) % 12, [1, 2, 4], repeats=1)
     assert sorted(seconds) == [1, 2, 4] and all(t > 0 for t in seconds.values())
+    seconds = fs.pass_seconds(model, np.arange(7) % 12, [1, 2, 4], repeats=1, first_row_only=True)
+    assert sorted(seconds) == [1, 2, 4] and all(t > 0 for t in seconds.values())
 
 
 def test_the_paged_rollback_story():
@@ -61,6 +63,40 @@ def test_the_ragged_batch_records_what_each_row_checked_and_kept():
     # each pass keeps, per row, the last token and its accepted draft: the tokens after the
     # prefill's, one per pass for every row, the accepted drafts on top
     assert sum(sum(p["kept"]) for p in passes) == sum(len(o) - 1 for o in outputs)
+
+
+def test_a_pass_is_priced_in_one_token_passes_between_the_sizes_measured():
+    seconds = {1: 0.02, 2: 0.06, 4: 0.07, 8: 0.08, 16: 0.10}
+    assert fs.pass_cost(1, seconds) == pytest.approx(1.0)
+    assert fs.pass_cost(2, seconds) == pytest.approx(3.0)
+    assert fs.pass_cost(3, seconds) == pytest.approx(3.25)              # halfway from 3 to 3.5
+    assert fs.pass_cost(11, seconds) == pytest.approx(4.0 + 3 / 8)      # 3/8 of the way from 4 to 5
+    assert fs.pass_cost(20, seconds) == pytest.approx(5.0)              # the last ratio, held
+
+
+def test_a_policy_run_counts_its_drafts_and_prices_its_passes():
+    run = fs.PolicyRun("p", output=list(range(9)), checked=[1, 5, 1, 3, 1], kept=[1, 1, 1, 3, 1])
+    assert (run.proposed, run.accepted, run.wasted_passes) == (6, 2, 1)
+    seconds = {1: 1.0, 2: 2.0, 4: 2.0, 8: 3.0}
+    assert run.cost(seconds) == pytest.approx(1 + 2.25 + 1 + 2 + 1)     # t(5) a quarter from 4 to 8
+    assert run.speedup(seconds) == pytest.approx(8 / 7.25)
+    # the wholly rejected pass of 5 priced at the first-row-only times: a quarter from 1.5 to 2.5
+    rejected = {1: 1.0, 4: 1.5, 8: 2.5}
+    assert run.cost(seconds, rejected) == pytest.approx(1 + 1.75 + 1 + 2 + 1)
+    assert run.speedup(seconds, rejected) == pytest.approx(8 / 6.75)
+
+
+def test_the_policies_give_greedys_tokens_and_the_engines_checks_fewer_draft_tokens():
+    """On the small model, transformers' policy drafts from single recurring tokens; the engine's
+    checks fewer draft tokens, and both give greedy's tokens."""
+    model = fs.small_model()
+    prompt = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5])
+    expected = greedy(model, [prompt], 24, None)[0]
+    every, engine = (fs.policy_passes(model, name, prompt, None, 24, num_draft_tokens=4) for name in fs.POLICIES)
+    assert every.output == engine.output == expected
+    assert sum(every.kept) == sum(engine.kept) == len(expected) - 1
+    assert engine.proposed < every.proposed
+    assert list(fs.POLICIES.values())[0] == {"min_ngram": 1, "max_skip": 0}
 
 
 def test_mid_batch_eos_ends_some_rows_and_not_others():

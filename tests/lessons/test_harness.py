@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvcache.model import Model
-from lessons.harness import Kept, full_cache, judge, judge_logits, kept_bytes_per_token
+from lessons.harness import Kept, full_cache, judge, judge_logits, judge_rows, kept_bytes_per_token
 
 CFG = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -77,3 +77,27 @@ def test_the_harness_runs_a_model_over_the_tokens():
     assert j.bytes_per_token == 2 * 2 * 2 * 8 * 4
     other = judge("another model", Model.random(CFG, seed=5), ids, reference, full_cache(2, 8))
     assert other.kl_mean > 0.01 and 0 <= other.top1 <= 1 and other.perplexity > 1
+
+
+def test_judge_rows_is_judge_logits_row_by_row():
+    rng = np.random.default_rng(3)
+    T, V = 37, 50                                   # 36 positions: two chunks of 16 and one of 4
+    reference = rng.standard_normal((T, V)) * 3
+    rows = reference + rng.standard_normal((3, T, V)) * np.array([0.0, 0.5, 4.0])[:, None, None]
+    ids = rng.integers(0, V, T)
+    together = judge_rows(["a", "b", "c"], reference, rows, ids, [1, 2, 3])
+    for j, name, logits, kept in zip(together, "abc", rows, (1, 2, 3)):
+        alone = judge_logits(name, reference, logits, ids, kept)
+        assert j.name == alone.name and j.bytes_per_token == alone.bytes_per_token and j.positions == T - 1
+        assert j.kl_mean == pytest.approx(alone.kl_mean, rel=1e-12, abs=1e-15)
+        assert j.perplexity == pytest.approx(alone.perplexity, rel=1e-12) and j.top1 == alone.top1
+    assert together[0].kl_mean == 0.0 and together[0].top1 == 1.0
+    assert together[0].kl_mean < together[1].kl_mean < together[2].kl_mean
+
+
+def test_judge_rows_refuses_what_does_not_match():
+    reference = np.zeros((4, 5))
+    with pytest.raises(ValueError, match="must be"):
+        judge_rows(["a"], reference, np.zeros((4, 5)), [0, 1, 2, 3], [1])          # not (n, T, V)
+    with pytest.raises(ValueError, match="as many names"):
+        judge_rows(["a"], reference, np.zeros((2, 4, 5)), [0, 1, 2, 3], [1, 1])
