@@ -60,6 +60,8 @@ Making the cache smaller (Part V), on the real model:
                    int2 cache, and the unpacking alone
     fewer_tokens   which positions a query sees: window and sink masks over a real model's pass,
                    the attention on the first positions, the evicting caches' logits (chapter 14)
+    shared_prefix  every eviction policy at a budget from one full pass and the rows past the
+                   budget: masks, H2O and TOVA replayed exactly, SnapKV's one-time choice (chapter 14)
     speculative_sampling  the acceptance rule of speculative sampling (keep x ~ q with probability
                    min(1, p/q), else draw from max(0, p - q)) and its first token's frequencies
                    over many draws (chapter 15)

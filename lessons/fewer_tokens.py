@@ -14,6 +14,11 @@ TOVA) has no mask known in advance: its choice at token t depends on what the la
 before, so it runs through the engine's evicting caches (``kvcache.h2o``), which decide token by
 token, layer by layer, within one pass (``cache_logits``).
 
+At budgets up to 1,024 a whole pass per policy is too slow for a page: ``streaming_policies``
+states the same five policies for ``lessons.shared_prefix``, which runs them from one full pass,
+recomputing only the rows from the budget on, and each budget is judged on its own ``stretch``
+of the text, the ``SCORED`` tokens after the first ``LATE`` evictions.
+
 The attention a layer's heads give the first positions (``mass_on_first``) is read from the same
 masked pass: the mean over queries t >= ``from_query`` of softmax weights on positions 0 .. k-1.
 """
@@ -27,9 +32,11 @@ from kvcache.linear import linear
 from kvcache.norm import rms_norm, swiglu
 from kvcache.rope import apply_rope
 
+from .shared_prefix import Evicting, PositionRule
+
 __all__ = ["window_mask", "sink_window_mask", "logits_under_mask", "mass_on_first", "cache_logits",
            "newline_positions", "repeated_passage", "POLICIES", "SINKS", "policy_logits", "bytes_per_position",
-           "token_losses"]
+           "token_losses", "LATE", "SCORED", "streaming_policies", "stretch"]
 
 
 def window_mask(T: int, window: int, sinks: int = 0) -> np.ndarray:
@@ -164,3 +171,30 @@ def token_losses(logits: np.ndarray, ids) -> np.ndarray:
     z = z - z.max(axis=-1, keepdims=True)
     log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
     return -log_p[np.arange(len(ids) - 1), ids[1:]]
+
+
+# ---------------------------------------------------------------------- every budget, from one full pass
+
+LATE, SCORED = 128, 128      # tokens read after the cache fills before the loss is counted; tokens counted
+
+
+def streaming_policies(budget: int, newlines) -> list:
+    """``POLICIES`` at ``budget`` as ``lessons.shared_prefix`` policies, in that order: three
+    masks (the rules of ``policy_logits``) and the engine's H2O and TOVA rules, replayed exactly."""
+    recent = budget - SINKS
+    marks = np.asarray(newlines, np.int64)
+    return [PositionRule("window", lambda p, j: j > p - budget),
+            PositionRule("4 sinks + window", lambda p, j: (j < SINKS) | (j > p - recent)),
+            PositionRule("4 newlines + window", lambda p, j: np.isin(j, marks) | (j > p - recent)),
+            Evicting("H2O", budget, budget // 2),
+            Evicting("TOVA", budget, 1, score="last")]
+
+
+def stretch(budget: int, late: int = LATE, scored: int = SCORED) -> tuple[int, int, int]:
+    """(start, first, stop) of a budget's measurement: the rows the policies recompute start at
+    budget - SINKS (before the budget nothing is evicted, but the newlines' window of B - 4
+    positions hides the text's first four from query B - 4 on); the loss is counted on the
+    ``scored`` next tokens predicted by rows first = budget + late .. stop - 2 (row stop - 1 only
+    holds the last target)."""
+    first = budget + late
+    return budget - SINKS, first, first + scored + 1

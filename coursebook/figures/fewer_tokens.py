@@ -22,18 +22,19 @@ def draw_sink_mass(mass, uniform: float, title: str):
     return fig
 
 
-def draw_budget_curves(budgets, curves: dict, full: float, bytes_per_position: int):
-    """Perplexity (log scale) against the budget in positions, one line per policy of ``curves``
-    ({name: perplexities, one per budget}), the full cache's perplexity as a dashed line; the
-    budgets' cache bytes label the top axis.  Returns the figure."""
+def draw_budget_curves(budgets, curves: dict, full, bytes_per_position: int):
+    """Each policy's perplexity divided by the full cache's on the same tokens (log scale) against
+    the budget in positions, one line per policy of ``curves`` ({name: perplexities, one per
+    budget}), ``full`` the full cache's perplexities (one per budget); 1, the full cache, dashed;
+    the budgets' cache bytes label the top axis.  Returns the figure."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.2, 3.8))
     for name, values in curves.items():
-        ax.plot(budgets, values, marker="o", label=name)
-    ax.axhline(full, color="black", ls="--", lw=1, label="full cache")
+        ax.plot(budgets, [v / f for v, f in zip(values, full)], marker="o", label=name)
+    ax.axhline(1.0, color="black", ls="--", lw=1, label="full cache")
     ax.set(xscale="log", yscale="log", xlabel="budget (positions kept per layer and key/value head)",
-           ylabel="perplexity", title="Perplexity against the cache's budget")
+           ylabel="perplexity / the full cache's", title="Perplexity against the cache's budget")
     ax.set_xticks(list(budgets), [str(b) for b in budgets])
     ax.minorticks_off()
     top = ax.secondary_xaxis("top")

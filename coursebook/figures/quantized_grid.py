@@ -4,11 +4,16 @@
 the full float32 cache (left) and the perplexity it adds to float32's (right, with the 0.1 line
 KVQuant's claim is stated against).  The marker says how the keys are quantized (per token or
 per channel, before or after RoPE); a filled marker keeps the full-precision window and first
-token, an open one keeps nothing.
+token, an open one keeps nothing.  At each width the four ways of quantizing the keys keep the same
+bytes: they are drawn side by side (``DODGE``), not on top of one another.
 """
 from __future__ import annotations
 
-__all__ = ["draw_grid", "KEY_STYLES"]
+__all__ = ["draw_grid", "KEY_STYLES", "DODGE"]
+
+#: Caches of one width keep the same bytes whichever way their keys are quantized: each way is
+#: drawn this share of its bytes to the side of the next, so that none hides another.
+DODGE = 0.012
 
 #: (keys per, quantized before RoPE) -> (marker, colour, label)
 KEY_STYLES = {("token", False): ("o", "#b5452b", "keys per token, after RoPE"),
@@ -23,9 +28,10 @@ def draw_grid(configs, judged, full, margin: float = 0.1, width: float = 7.6):
     import matplotlib.pyplot as plt
 
     fig, (kl_ax, ppl_ax) = plt.subplots(1, 2, figsize=(width, 4.6), sharex=True)
-    for (per, pre), (marker, colour, label) in KEY_STYLES.items():
+    for i, ((per, pre), (marker, colour, label)) in enumerate(KEY_STYLES.items()):
+        dodge = 1 + DODGE * (i - (len(KEY_STYLES) - 1) / 2)        # side by side, not on top of each other
         for kept in (True, False):
-            points = [(j.bytes_per_token, j.kl_mean, j.perplexity - full.perplexity)
+            points = [(j.bytes_per_token * dodge, j.kl_mean, j.perplexity - full.perplexity)
                       for c, j in zip(configs, judged)
                       if c.per == per and c.pre_rope == pre and c.window == kept and c.sink == kept]
             if not points:
