@@ -20,6 +20,33 @@ def playwright_driver():
         yield driver
 
 
+#: The installed real model the engine's and the chapters' tests run (kvcache.models.MODELS).
+SMOLLM2 = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine():
+    """(Model, Tokenizer) of SmolLM2-135M-Instruct in float32, read from its GGUF file once per
+    test process rather than once per module (each read is half a minute on a busy machine).  The
+    tests only read it: the model's one table filled on use, the rotary angles, holds the same
+    values whatever length it has grown to."""
+    from kvcache.models import load_with_tokenizer
+    return load_with_tokenizer(SMOLLM2)
+
+
+@pytest.fixture(scope="session")
+def smollm2_transformers():
+    """transformers' model of the same GGUF file (de-quantized to float32, in eval mode), once per
+    test process (de-quantizing takes up to a minute on a busy machine): the reference the engine's
+    outputs are judged against.  A test that would change it changes a deep copy."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from kvcache.models import model_path
+    path = model_path(SMOLLM2)
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+
 @pytest.fixture
 def course_modules_kept():
     """A test that runs ``public_checks.browser`` (which drops the course's modules so that the next
@@ -36,3 +63,11 @@ def course_modules_kept():
     for k in mine():
         del sys.modules[k]
     sys.modules.update(saved)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the files that take minutes first and the learner's copy's two
+    files as one unit (``xdist_scheduling``)."""
+    from xdist_scheduling import make_scheduler
+    return make_scheduler(config, log)

@@ -143,14 +143,13 @@ def plain_outputs(nb):
 
 
 @pytest.fixture(scope="module")
-def alone():
+def alone(smollm2_engine):
     """Each question of the chapter's batch generated on its own (a batch of one: no padding, no
-    row ever leaving), with the model and tokenizer read from the file here."""
+    row ever leaving), with the model and tokenizer read from the file here (``smollm2_engine``)."""
     from kvcache.blas import limit_blas_threads
     limit_blas_threads(1)
     from kvcache.generate import greedy
-    from kvcache.models import load_with_tokenizer
-    model, tokenizer = load_with_tokenizer("smollm2-135m-instruct")
+    model, tokenizer = smollm2_engine
     eos = tokenizer.eos_token_id
     prompts = [tokenizer.encode(f"<|im_start|>system\n{SMOLLM_SYSTEM}<|im_end|>\n<|im_start|>user\n{q}"
                                 f"<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)

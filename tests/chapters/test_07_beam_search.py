@@ -404,22 +404,16 @@ def test_the_beam_tree_numbers_its_steps_as_the_trace_does_and_says_what_its_mar
 
 
 @pytest.fixture(scope="module")
-def real():
+def real(smollm2_engine):
     """SmolLM2-135M-Instruct and its tokenizer, as chapter 7 loads them."""
-    from kvcache.models import load_with_tokenizer
-    return load_with_tokenizer("smollm2-135m-instruct")
+    return smollm2_engine
 
 
 @pytest.fixture(scope="module")
-def hf_real():
+def hf_real(smollm2_transformers):
     """The same weights in transformers (read from the same GGUF file, in float32): the reference
     beam search the chapter's replies are judged against."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from kvcache.models import model_path
-    path = model_path("smollm2-135m-instruct")
-    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    return smollm2_transformers
 
 
 def hf_beam_replies(hf, prompt, num_beams: int, max_new_tokens: int, eos: int, length_penalty: float):

@@ -19,6 +19,8 @@ import os
 import re
 import shutil
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -65,29 +67,64 @@ KERNEL_JS = ("() => window.jupyterapp && jupyterapp.shell.currentWidget && jupyt
              " && jupyterapp.shell.currentWidget.sessionContext.session.kernel")
 
 
-@pytest.fixture
-def copy_lab(learner_copy, tmp_path):
+@pytest.fixture(scope="module")
+def copy_lab_server(learner_copy, tmp_path_factory):
     """(the copy, JupyterLab's base URL): the copy's own JupyterLab, every notebook rendered at
-    once (no windowing, so the page holds every cell's text); stopped afterwards."""
+    once (no windowing, so the page holds every cell's text), one for this file's tests (starting
+    it is most of a test's set-up); stopped afterwards."""
     copy, python = learner_copy
-    shutil.rmtree(copy / "exercises")
-    shutil.copytree(copy.parent / "exercises-as-handed-out", copy / "exercises")     # nothing written yet
     settings = QUIET | {"notebook-extension/tracker": {"windowingMode": "none"}}
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "MPLBACKEND", "JUPYTER_PATH")}
-    with jupyterlab(python, copy, tmp_path, env, 90, settings) as (base, _):
+    with jupyterlab(python, copy, tmp_path_factory.mktemp("copy-lab"), env, 90, settings) as (base, _):
         yield copy, base
 
 
+def _stop_every_kernel(base: str) -> None:
+    """Every session and kernel of the server ended, as a test that stops part-way leaves them."""
+    for what in ("sessions", "kernels"):
+        with urllib.request.urlopen(base + f"api/{what}", timeout=30) as answer:
+            running = json.load(answer)
+        for item in running:
+            request = urllib.request.Request(base + f"api/{what}/{item['id']}", method="DELETE")
+            try:
+                urllib.request.urlopen(request, timeout=60).close()
+            except urllib.error.HTTPError as error:
+                if error.code != 404:               # gone with its session already
+                    raise
+
+
 @pytest.fixture
-def page(tmp_path, playwright_driver):
+def copy_lab(copy_lab_server):
+    """(the copy, JupyterLab's base URL): the shared server, on exercises as handed out (nothing
+    written yet, whatever the test before wrote) and no kernel left from the test before."""
+    copy, base = copy_lab_server
+    _stop_every_kernel(base)
+    shutil.rmtree(copy / "exercises")
+    shutil.copytree(copy.parent / "exercises-as-handed-out", copy / "exercises")     # nothing written yet
+    yield copy, base
+    _stop_every_kernel(base)
+
+
+@pytest.fixture(scope="module")
+def copy_lab_browser(playwright_driver):
     browser = playwright_driver.chromium.launch(executable_path=CHROMIUM, headless=True,
                                                 args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
     try:
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        yield browser
+    finally:
+        browser.close()
+
+
+@pytest.fixture
+def page(copy_lab_browser):
+    """A tab in a browser context of its own (nothing of the test before: storage, cookies, pages)."""
+    context = copy_lab_browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        tab = context.new_page()
         tab.on("dialog", lambda dialog: dialog.accept())      # leaving a notebook with unsaved outputs
         yield tab
     finally:
-        browser.close()
+        context.close()
 
 
 _WORKSPACES = itertools.count()

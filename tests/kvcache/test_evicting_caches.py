@@ -307,9 +307,8 @@ def test_cli_window_and_h2o(capsys):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    from kvcache.models import load_with_tokenizer
-    return load_with_tokenizer("smollm2-135m-instruct")
+def smollm2(smollm2_engine):
+    return smollm2_engine
 
 
 def test_smollm2_with_a_budget_holding_everything_gives_the_plain_tokens(smollm2):

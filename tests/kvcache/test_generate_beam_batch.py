@@ -228,15 +228,10 @@ CHAT = ["What is the capital of France?", "Is water wet? Answer yes or no.", "Sa
 
 
 @pytest.fixture(scope="module")
-def smollm2():
+def smollm2(smollm2_engine, smollm2_transformers):
     """The engine and transformers on the installed SmolLM2-135M-Instruct GGUF file, float32."""
-    from transformers import AutoModelForCausalLM
-
-    from kvcache.models import load_with_tokenizer, model_path
-    model, tokenizer = load_with_tokenizer("smollm2-135m-instruct")
-    path = model_path("smollm2-135m-instruct")
-    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    return model, tokenizer, hf.eval()
+    model, tokenizer = smollm2_engine
+    return model, tokenizer, smollm2_transformers
 
 
 @pytest.mark.parametrize("cache", ["contiguous", "paged"])

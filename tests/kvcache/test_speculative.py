@@ -19,7 +19,6 @@ from kvcache import speculative
 from kvcache.__main__ import main
 from kvcache.generate import greedy
 from kvcache.model import Model
-from kvcache.models import load_with_tokenizer, model_path
 from kvcache.paged import PagedKVCache
 
 # a small vocabulary: random prompts repeat n-grams, and greedy decoding of a random model falls
@@ -389,8 +388,8 @@ OPEN = "Write a short story about a lighthouse keeper."
 
 
 @pytest.fixture(scope="module")
-def engine():
-    return load_with_tokenizer(NAME)
+def engine(smollm2_engine):
+    return smollm2_engine
 
 
 @pytest.mark.parametrize("cache", ["contiguous", "paged"])
@@ -419,11 +418,8 @@ def test_real_model_open_ended_batch_is_greedys(engine):
     assert stats["proposed"] > stats["accepted"] > 0
 
 
-def test_real_model_agrees_with_transformers_prompt_lookup(engine):
-    from transformers import AutoModelForCausalLM
-
-    path = model_path(NAME)
-    hf = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+def test_real_model_agrees_with_transformers_prompt_lookup(engine, smollm2_transformers):
+    hf = smollm2_transformers
     model, tokenizer = engine
     ids = tokenizer.chat_ids(COPYING)
     with torch.no_grad():
