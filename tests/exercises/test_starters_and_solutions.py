@@ -91,6 +91,13 @@ NUMPY_FIRST = {"causal_attention", "softmax", "attend_step"}
 #: The exercises of the first twelve chapters link their chapter's page; the later ones name their
 #: chapter in words ("chapter 13, \"Fewer bits\"").
 LINKS_UNTIL = 12
+#: The signatures part V's exercises are specified with, as the answer cell must define them.
+SIGNATURES = {
+    "latent_attend_step": ["latent_attend_step(x_t, cache, p, n_heads)"],
+    "quantize_kv": ["quantize_kv(x, bits, axis)", "dequantize_kv(codes, scale, offset)"],
+    "keep_positions": ["keep_positions(acc_scores, budget, n_sink, n_recent)"],
+    "speculative_accept": ["speculative_accept(draft_tokens, q_probs, p_probs, uniforms)"],
+}
 #: The exercises whose examples never write the answer's call, not even in a comment.
 NEVER_WRITTEN = {"kv_cache_bytes", "max_batch", "arithmetic_intensity", "prefill_time", "time_per_token",
                  "blocked_decode", "requant", "attention_tail"}
@@ -136,6 +143,8 @@ def test_the_notebook_has_the_course_form(entry, folder):
         assert [c.cell_type for c in cells] == ["markdown", "code", "markdown", "code", "markdown", "code"]
         if name != "BlockAllocator":                    # the statement shows the class's methods
             assert all(f"def {fn}(" in statement.source for fn in entry.functions)
+    for signature in SIGNATURES.get(name, []):
+        assert f"def {signature}:" in source, signature
     if name in NUMPY_FIRST:
         assert source.startswith("import numpy as np")
     if name in NEVER_WRITTEN:
